@@ -1,0 +1,47 @@
+# Slingshot fabric agent and controller.
+# `make check` is the one test command: CI (.ci/run) runs exactly it.
+
+GO        ?= go
+BIN       ?= bin
+PKGS      ?= ./...
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+STATICCHECK_VERSION ?= 2026.1
+LDFLAGS   ?= -s -w
+
+.PHONY: all build test check lint bench fuzz generate clean
+
+all: build
+
+## build: static binaries of both programs into ./bin
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+## test: go vet and the race-enabled unit tests of the whole module
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 $(PKGS)
+
+## check: everything CI runs (the README's test command)
+check: test
+
+## lint: formatting, vet and staticcheck
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## bench: the benchmarks, with memory figures
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BIN)

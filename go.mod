@@ -1,0 +1,3 @@
+module github.com/slingshot-k8s/slingshot
+
+go 1.26.0
