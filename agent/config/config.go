@@ -1,0 +1,336 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// ErrInvalid is matched by every validation error of [Parse].
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the agent's configuration file. The zero value is not valid;
+// start from [Default].
+type Config struct {
+	// NICResource is the device-plugin resource of the Slingshot NICs.
+	NICResource NICResource `json:"nicResource"`
+	// TrafficClasses the pods' services may use, by name:
+	// DEDICATED_ACCESS, LOW_LATENCY, BULK_DATA, BEST_EFFORT. They become
+	// SLINGSHOT_TCS. Default LOW_LATENCY and BEST_EFFORT, as Slurm.
+	TrafficClasses []string `json:"trafficClasses"`
+	// Limits are the per-service resource limits, by resource (ACs, CTs,
+	// EQs, LEs, PTEs, TGQs, TLEs, TXQs). Omitted resources keep the
+	// defaults, which reserve no TLE or LE pool.
+	Limits map[string]Limit `json:"limits,omitempty"`
+	// Membership says who may use a pod's services.
+	Membership Membership `json:"membership"`
+	// Cleanup governs destroying services when pods exit.
+	Cleanup Cleanup `json:"cleanup"`
+	// PodResources governs how pod exits are noticed.
+	PodResources PodResources `json:"podResources"`
+	// CDI governs the Container Device Interface specs the agent writes.
+	CDI CDI `json:"cdi"`
+	// GPU holds the machine types and this node pool's mode.
+	GPU GPU `json:"gpu"`
+}
+
+// NICResource configures the NIC resource.
+type NICResource struct {
+	// Name is the extended resource name pods ask for. Default hpe.com/cxi.
+	Name string `json:"name"`
+	// SharesPerNIC is how many pods may hold one NIC at a time, each with
+	// its own service. Default 1 (a NIC is exclusive to one container).
+	SharesPerNIC int `json:"sharesPerNIC"`
+}
+
+// Limit is the max and reserved count of one CXI resource type.
+type Limit struct {
+	Max uint16 `json:"max"`
+	Res uint16 `json:"res"`
+}
+
+// Membership chooses the members of a pod's services.
+type Membership struct {
+	// FallbackUID or FallbackGID, when set, is the member used where the
+	// pod's network namespace cannot be found (no CRI socket). Unset, a
+	// pod whose netns is unknown fails PreStart: services never get open
+	// membership.
+	FallbackUID *uint32 `json:"fallbackUID,omitempty"`
+	FallbackGID *uint32 `json:"fallbackGID,omitempty"`
+	// CRISocket is the container runtime's socket, used to find a pod
+	// sandbox's network namespace. Empty: look the sandbox up in /proc.
+	CRISocket string `json:"criSocket,omitempty"`
+}
+
+// Cleanup configures service teardown.
+type Cleanup struct {
+	// BusyRetries bounds the EBUSY retries of one destroy attempt.
+	BusyRetries int `json:"busyRetries"`
+	// BusyInterval is the first delay between EBUSY retries; it doubles.
+	BusyInterval Duration `json:"busyInterval"`
+	// RetryStuckEvery is how often services still busy after their
+	// retries are tried again. They are never forgotten.
+	RetryStuckEvery Duration `json:"retryStuckEvery"`
+}
+
+// PodResources configures the pod watch.
+type PodResources struct {
+	// PollInterval is how often the kubelet's PodResources API is listed.
+	// Changes of the kubelet's checkpoint file trigger a list at once.
+	PollInterval Duration `json:"pollInterval"`
+}
+
+// CDI configures the Container Device Interface specs.
+type CDI struct {
+	// Enabled makes Allocate return CDI device names and PreStart write the
+	// specs. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// SpecDir is where the specs are written. Default /var/run/cdi.
+	SpecDir string `json:"specDir"`
+}
+
+// GPU configures GPU machine types, in the shape of the Imperator seed.
+type GPU struct {
+	// Domain prefixes the machine-type resource names. Default hpe.com.
+	Domain string `json:"domain"`
+	// MachineTypes offered by the cluster.
+	MachineTypes []MachineType `json:"machineTypes,omitempty"`
+	// NodePool assigns this cluster's nodes a machine type and a mode.
+	NodePool []NodePoolEntry `json:"nodePool,omitempty"`
+}
+
+// MachineType is a bundle of GPUs offered as one unit.
+type MachineType struct {
+	Name   string  `json:"name"`
+	CPU    string  `json:"cpu,omitempty"`
+	Memory string  `json:"memory,omitempty"`
+	GPU    GPUSpec `json:"gpu"`
+	// NICsPerUnit is how many of the nearest Slingshot NICs each unit gets.
+	NICsPerUnit int `json:"nicsPerUnit"`
+}
+
+// GPUSpec selects the GPUs of a machine type.
+type GPUSpec struct {
+	// Type is the vendor: nvidia or amd.
+	Type  string `json:"type"`
+	Count int    `json:"count"`
+	// Product matches the GPU's product name exactly; Family matches a
+	// substring of it (e.g. "H100"). At most one of the two.
+	Product string `json:"product,omitempty"`
+	Family  string `json:"family,omitempty"`
+}
+
+// NodePoolEntry puts one node in a machine type and mode.
+type NodePoolEntry struct {
+	Node        string `json:"node"`
+	Mode        string `json:"mode"`
+	MachineType string `json:"machineType"`
+}
+
+// Node pool modes.
+const (
+	ModeReady       = "ready"
+	ModeMaintenance = "maintenance"
+	ModeNotReady    = "not-ready"
+)
+
+// Duration is a time.Duration written as "2s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// Default returns the configuration used when no file is given.
+func Default() Config {
+	enabled := true
+	return Config{
+		NICResource:    NICResource{Name: "hpe.com/cxi", SharesPerNIC: 1},
+		TrafficClasses: []string{"LOW_LATENCY", "BEST_EFFORT"},
+		Cleanup: Cleanup{
+			BusyRetries:     5,
+			BusyInterval:    Duration{200 * time.Millisecond},
+			RetryStuckEvery: Duration{30 * time.Second},
+		},
+		PodResources: PodResources{PollInterval: Duration{2 * time.Second}},
+		CDI:          CDI{Enabled: &enabled, SpecDir: "/var/run/cdi"},
+		GPU:          GPU{Domain: "hpe.com"},
+	}
+}
+
+// Load reads and parses a configuration file; an empty path gives
+// [Default].
+func Load(path string) (Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads YAML over [Default] and validates the result. Unknown
+// fields are errors. Errors match [ErrInvalid].
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// CDIEnabled reports whether CDI specs are used.
+func (c *Config) CDIEnabled() bool { return c.CDI.Enabled == nil || *c.CDI.Enabled }
+
+var (
+	// resourceName is a Kubernetes extended resource name: a DNS subdomain
+	// prefix and a name.
+	resourceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	domain       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+	trafficClasses = map[string]bool{"DEDICATED_ACCESS": true, "LOW_LATENCY": true, "BULK_DATA": true, "BEST_EFFORT": true}
+	limitNames     = map[string]bool{"ACs": true, "CTs": true, "EQs": true, "LEs": true, "PTEs": true, "TGQs": true, "TLEs": true, "TXQs": true}
+)
+
+// Validate checks every field and returns all problems at once, joined;
+// each matches [ErrInvalid].
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if len(c.NICResource.Name) > 253 || !resourceName.MatchString(c.NICResource.Name) {
+		bad("nicResource.name", "%q is not a resource name like hpe.com/cxi", c.NICResource.Name)
+	}
+	if c.NICResource.SharesPerNIC < 1 || c.NICResource.SharesPerNIC > 256 {
+		bad("nicResource.sharesPerNIC", "%d is outside 1..256", c.NICResource.SharesPerNIC)
+	}
+	if len(c.TrafficClasses) == 0 {
+		bad("trafficClasses", "at least one is needed")
+	}
+	for _, tc := range c.TrafficClasses {
+		if !trafficClasses[tc] {
+			bad("trafficClasses", "unknown class %q", tc)
+		}
+	}
+	for name, l := range c.Limits {
+		if !limitNames[name] {
+			bad("limits", "unknown resource %q", name)
+		} else if l.Res > l.Max {
+			bad("limits."+name, "res %d exceeds max %d", l.Res, l.Max)
+		}
+	}
+	if c.Membership.FallbackUID != nil && c.Membership.FallbackGID != nil {
+		bad("membership", "set fallbackUID or fallbackGID, not both")
+	}
+	if c.Cleanup.BusyRetries < 1 || c.Cleanup.BusyRetries > 100 {
+		bad("cleanup.busyRetries", "%d is outside 1..100", c.Cleanup.BusyRetries)
+	}
+	if c.Cleanup.BusyInterval.Duration <= 0 || c.Cleanup.BusyInterval.Duration > time.Minute {
+		bad("cleanup.busyInterval", "%v is outside (0, 1m]", c.Cleanup.BusyInterval.Duration)
+	}
+	if c.Cleanup.RetryStuckEvery.Duration < time.Second {
+		bad("cleanup.retryStuckEvery", "%v is under 1s", c.Cleanup.RetryStuckEvery.Duration)
+	}
+	if c.PodResources.PollInterval.Duration < 10*time.Millisecond || c.PodResources.PollInterval.Duration > 10*time.Minute {
+		bad("podResources.pollInterval", "%v is outside [10ms, 10m]", c.PodResources.PollInterval.Duration)
+	}
+	if c.CDIEnabled() && !strings.HasPrefix(c.CDI.SpecDir, "/") {
+		bad("cdi.specDir", "%q is not an absolute path", c.CDI.SpecDir)
+	}
+	errs = append(errs, c.GPU.validate()...)
+	return errors.Join(errs...)
+}
+
+func (g *GPU) validate() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if !domain.MatchString(g.Domain) {
+		bad("gpu.domain", "%q is not a DNS domain", g.Domain)
+	}
+	types := map[string]bool{}
+	for i, mt := range g.MachineTypes {
+		f := fmt.Sprintf("gpu.machineTypes[%d]", i)
+		if !dnsLabel.MatchString(mt.Name) || len(mt.Name) > 63 {
+			bad(f+".name", "%q is not a DNS label", mt.Name)
+		}
+		if types[mt.Name] {
+			bad(f+".name", "%q is defined twice", mt.Name)
+		}
+		types[mt.Name] = true
+		if mt.GPU.Type != "nvidia" && mt.GPU.Type != "amd" {
+			bad(f+".gpu.type", "%q is not nvidia or amd", mt.GPU.Type)
+		}
+		if mt.GPU.Count < 1 || mt.GPU.Count > 64 {
+			bad(f+".gpu.count", "%d is outside 1..64", mt.GPU.Count)
+		}
+		if mt.GPU.Product != "" && mt.GPU.Family != "" {
+			bad(f+".gpu", "set product or family, not both")
+		}
+		if mt.NICsPerUnit < 0 || mt.NICsPerUnit > 16 {
+			bad(f+".nicsPerUnit", "%d is outside 0..16", mt.NICsPerUnit)
+		}
+	}
+	nodes := map[string]bool{}
+	for i, e := range g.NodePool {
+		f := fmt.Sprintf("gpu.nodePool[%d]", i)
+		if e.Node == "" {
+			bad(f+".node", "empty")
+		}
+		if nodes[e.Node] {
+			bad(f+".node", "%q is listed twice; a node has one machine type", e.Node)
+		}
+		nodes[e.Node] = true
+		switch e.Mode {
+		case ModeReady, ModeMaintenance, ModeNotReady:
+		default:
+			bad(f+".mode", "%q is not ready, maintenance or not-ready", e.Mode)
+		}
+		if !types[e.MachineType] {
+			bad(f+".machineType", "%q is not among machineTypes", e.MachineType)
+		}
+	}
+	return errs
+}
+
+// NodeEntry returns the node pool entry of a node, if any.
+func (g *GPU) NodeEntry(node string) (NodePoolEntry, MachineType, bool) {
+	for _, e := range g.NodePool {
+		if e.Node != node {
+			continue
+		}
+		for _, mt := range g.MachineTypes {
+			if mt.Name == e.MachineType {
+				return e, mt, true
+			}
+		}
+	}
+	return NodePoolEntry{}, MachineType{}, false
+}
