@@ -1,0 +1,184 @@
+// Package checkpoint is the node agent's own record of what it has
+// programmed: per pod, its VNI lease and the CXI services made for it on
+// each NIC. It is what lets a restarted agent tell its own services from
+// anyone else's, keep those of live pods, and destroy the orphans.
+//
+// The file is JSON in a versioned envelope with a checksum, replaced
+// atomically on every save; a file that fails its checksum or has an
+// unknown version is an error, never silently an empty state.
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/internal/atomicfile"
+)
+
+// Version is the format this package writes and reads.
+const Version = 1
+
+// Errors of [Load].
+var (
+	ErrCorrupt = errors.New("checkpoint corrupt")
+	ErrVersion = errors.New("checkpoint version unsupported")
+)
+
+// State is everything the agent has programmed on this node.
+type State struct {
+	// Node is the node the state belongs to.
+	Node string `json:"node"`
+	// Pods by pod UID.
+	Pods map[string]*Pod `json:"pods"`
+}
+
+// Pod is one pod's fabric state.
+type Pod struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// VNI is the pod's primary VNI (SLINGSHOT_VNIS' first entry).
+	VNI uint16 `json:"vni"`
+	// Scope is where the VNI came from: "job" (the controller, held for
+	// this node), or "pod" (the node's local slice).
+	Scope string `json:"scope"`
+	// Netns is the network namespace inode that is the services' member,
+	// or zero when a fallback UID/GID member was used.
+	Netns uint32 `json:"netns,omitempty"`
+	// Services the agent created for the pod, one per NIC.
+	Services []Service `json:"services"`
+	// DeviceIDs are the device-plugin IDs allocated to the pod's
+	// containers, by container name.
+	DeviceIDs map[string][]string `json:"deviceIDs"`
+	// Created is when the first service was made.
+	Created time.Time `json:"created"`
+	// Exited is set when the pod was seen gone and cleanup began; the
+	// entry stays until every service is destroyed and the VNI released.
+	Exited *time.Time `json:"exited,omitempty"`
+	// Released is set once the controller has been told the node no
+	// longer holds the VNI.
+	Released bool `json:"released,omitempty"`
+}
+
+// Service is one CXI service on one NIC.
+type Service struct {
+	NIC  string   `json:"nic"`
+	ID   uint32   `json:"id"`
+	VNIs []uint16 `json:"vnis"`
+}
+
+// New returns an empty state for node.
+func New(node string) *State { return &State{Node: node, Pods: map[string]*Pod{}} }
+
+// Clone returns a deep copy, so a snapshot can be saved or shown while the
+// live state keeps changing.
+func (s *State) Clone() *State {
+	c := &State{Node: s.Node, Pods: make(map[string]*Pod, len(s.Pods))}
+	for uid, p := range s.Pods {
+		cp := *p
+		cp.Services = make([]Service, len(p.Services))
+		for i, svc := range p.Services {
+			cp.Services[i] = Service{NIC: svc.NIC, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)}
+		}
+		cp.DeviceIDs = make(map[string][]string, len(p.DeviceIDs))
+		for k, v := range p.DeviceIDs {
+			cp.DeviceIDs[k] = slices.Clone(v)
+		}
+		if p.Exited != nil {
+			t := *p.Exited
+			cp.Exited = &t
+		}
+		c.Pods[uid] = &cp
+	}
+	return c
+}
+
+// PodUIDs returns the pod UIDs in sorted order.
+func (s *State) PodUIDs() []string { return slices.Sorted(maps.Keys(s.Pods)) }
+
+// envelope is the file format: the state's JSON and its checksum.
+type envelope struct {
+	Version  int             `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// Marshal encodes the state in its versioned, checksummed envelope.
+func Marshal(s *State) ([]byte, error) {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return json.Marshal(envelope{Version: Version, Checksum: hex.EncodeToString(sum[:]), Data: data})
+}
+
+// Unmarshal decodes an envelope written by [Marshal]. Errors match
+// [ErrCorrupt] or [ErrVersion].
+func Unmarshal(b []byte) (*State, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if env.Version != Version {
+		return nil, fmt.Errorf("%w: version %d, this agent reads %d", ErrVersion, env.Version, Version)
+	}
+	// The checksum covers the compact encoding, so reformatting the file
+	// by hand is not damage but editing a value is.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, env.Data); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if hex.EncodeToString(sum[:]) != env.Checksum {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	s := &State{}
+	if err := json.Unmarshal(env.Data, s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if s.Pods == nil {
+		s.Pods = map[string]*Pod{}
+	}
+	for uid, p := range s.Pods {
+		if p == nil || p.UID != uid {
+			return nil, fmt.Errorf("%w: pod entry %q does not match its key", ErrCorrupt, uid)
+		}
+	}
+	return s, nil
+}
+
+// Load reads the checkpoint at path. A missing file is an empty state for
+// node, as on a first start.
+func Load(path, node string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return New(node), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	s, err := Unmarshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Save writes the state to path atomically and durably.
+func Save(path string, s *State) error {
+	b, err := Marshal(s)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, b, 0o600)
+}

@@ -1,0 +1,130 @@
+package checkpoint
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sample() *State {
+	s := New("node-1")
+	exited := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	s.Pods["uid-a"] = &Pod{
+		UID: "uid-a", Namespace: "ns", Name: "a-0", VNI: 1024, Scope: "job", Netns: 4026532000,
+		Services:  []Service{{NIC: "cxi0", ID: 2, VNIs: []uint16{1024}}, {NIC: "cxi1", ID: 2, VNIs: []uint16{1024}}},
+		DeviceIDs: map[string][]string{"main": {"0000:21:00.0", "0000:41:00.0"}},
+		Created:   time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC),
+	}
+	s.Pods["uid-b"] = &Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1025, Scope: "pod", Exited: &exited,
+		DeviceIDs: map[string][]string{}}
+	return s
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	want := sample()
+	if err := Save(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
+	}
+	if uids := got.PodUIDs(); !reflect.DeepEqual(uids, []string{"uid-a", "uid-b"}) {
+		t.Fatalf("PodUIDs = %v", uids)
+	}
+}
+
+func TestLoadMissingIsEmpty(t *testing.T) {
+	s, err := Load(filepath.Join(t.TempDir(), "none.json"), "n")
+	if err != nil || s.Node != "n" || len(s.Pods) != 0 {
+		t.Fatalf("Load missing = %+v, %v", s, err)
+	}
+}
+
+func TestLoadRejectsDamage(t *testing.T) {
+	good, err := Marshal(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		data string
+		want error
+	}{
+		{"truncated", string(good[:len(good)/2]), ErrCorrupt},
+		{"flipped byte", strings.Replace(string(good), "1024", "1023", 1), ErrCorrupt},
+		{"future version", strings.Replace(string(good), `"version":1`, `"version":9`, 1), ErrVersion},
+		{"not json", "hello", ErrCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.json")
+			if err := os.WriteFile(path, []byte(tt.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, "n")
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Load = %v, want %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestCloneIsDeep(t *testing.T) {
+	s := sample()
+	c := s.Clone()
+	c.Pods["uid-a"].Services[0].VNIs[0] = 9
+	c.Pods["uid-a"].DeviceIDs["main"][0] = "x"
+	*c.Pods["uid-b"].Exited = time.Time{}
+	if s.Pods["uid-a"].Services[0].VNIs[0] != 1024 || s.Pods["uid-a"].DeviceIDs["main"][0] != "0000:21:00.0" || s.Pods["uid-b"].Exited.IsZero() {
+		t.Fatal("Clone shares memory with the original")
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	good, _ := Marshal(sample())
+	f.Add(good)
+	f.Add([]byte(`{"version":1,"checksum":"","data":null}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Unmarshal(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must encode and decode to the same state.
+		again, err := Marshal(s)
+		if err != nil {
+			t.Fatalf("Marshal of a decoded state: %v", err)
+		}
+		s2, err := Unmarshal(again)
+		if err != nil || !reflect.DeepEqual(s, s2) {
+			t.Fatalf("re-decode differs: %v", err)
+		}
+	})
+}
+
+func BenchmarkSave100Pods(b *testing.B) {
+	s := New("n")
+	for i := range 100 {
+		uid := "pod-" + string(rune('a'+i%26)) + strings.Repeat("x", i)
+		s.Pods[uid] = &Pod{UID: uid, Namespace: "ns", Name: uid, VNI: uint16(1024 + i), Scope: "job",
+			Services: []Service{{NIC: "cxi0", ID: uint32(i + 2), VNIs: []uint16{uint16(1024 + i)}}}}
+	}
+	path := filepath.Join(b.TempDir(), "c.json")
+	for b.Loop() {
+		if err := Save(path, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
