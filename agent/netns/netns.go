@@ -1,0 +1,130 @@
+// Package netns finds a pod's network namespace inode, the member the
+// agent gives the pod's CXI services.
+//
+// [Proc] finds it without a container runtime: every container of a pod,
+// the sandbox ("pause") process first, shares the pod's network namespace
+// and runs in a cgroup whose path names the pod UID (cgroupfs:
+// ".../pod<uid>/...", systemd: "...-pod<uid_with_underscores>.slice"). The
+// inode is read from the /proc/<pid>/ns/net link, "net:[<inode>]".
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Errors of [Proc.Netns].
+var (
+	// ErrNotFound: no process of the pod was found.
+	ErrNotFound = errors.New("pod network namespace not found")
+	// ErrHostNetwork: the pod shares the host's network namespace, so a
+	// netns member would admit every host process.
+	ErrHostNetwork = errors.New("pod uses the host network namespace")
+	// ErrAmbiguous: processes of the pod are in different namespaces.
+	ErrAmbiguous = errors.New("pod processes disagree on the network namespace")
+)
+
+// Proc resolves network namespaces from a proc filesystem.
+type Proc struct {
+	// Root is the proc mount, "/proc" on a host; the agent's container
+	// mounts the host's /proc (hostPID) for this.
+	Root string
+}
+
+// Netns returns the network namespace inode of the pod with the given UID.
+func (p Proc) Netns(podUID string) (uint32, error) {
+	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
+		return 0, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
+	}
+	needles := []string{"pod" + podUID, "pod" + strings.ReplaceAll(podUID, "-", "_")}
+	entries, err := os.ReadDir(p.Root)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", p.Root, err)
+	}
+	var found uint32
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join(p.Root, e.Name(), "cgroup"))
+		if err != nil || !cgroupNamesPod(string(cg), needles) {
+			continue // processes come and go while we look
+		}
+		ino, err := p.inode(e.Name())
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return 0, err
+		}
+		if found != 0 && ino != found {
+			return 0, fmt.Errorf("%w: %d and %d", ErrAmbiguous, found, ino)
+		}
+		found = ino
+	}
+	if found == 0 {
+		return 0, fmt.Errorf("%w: no process in a cgroup of pod %s under %s", ErrNotFound, podUID, p.Root)
+	}
+	if host, err := p.inode("1"); err == nil && host == found {
+		return 0, fmt.Errorf("%w: pod %s", ErrHostNetwork, podUID)
+	}
+	return found, nil
+}
+
+func (p Proc) inode(pid string) (uint32, error) {
+	link := filepath.Join(p.Root, pid, "ns", "net")
+	target, err := os.Readlink(link)
+	if err != nil {
+		return 0, fmt.Errorf("read netns of pid %s: %w", pid, err)
+	}
+	ino, err := ParseNetnsLink(target)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", link, err)
+	}
+	return ino, nil
+}
+
+// cgroupNamesPod reports whether a /proc/<pid>/cgroup file places the
+// process in a cgroup of the pod.
+func cgroupNamesPod(cgroup string, needles []string) bool {
+	for line := range strings.Lines(cgroup) {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for seg := range strings.SplitSeq(parts[2], "/") {
+			for _, n := range needles {
+				// cgroupfs: the segment is exactly pod<uid>; systemd: it
+				// ends in -pod<uid>.slice.
+				if seg == n || strings.HasSuffix(seg, "-"+n+".slice") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// ParseNetnsLink parses the target of a /proc/<pid>/ns/net link,
+// "net:[4026531840]", into the inode.
+func ParseNetnsLink(target string) (uint32, error) {
+	rest, ok := strings.CutPrefix(target, "net:[")
+	if !ok {
+		return 0, fmt.Errorf("netns link %q: not net:[inode]", target)
+	}
+	num, ok := strings.CutSuffix(rest, "]")
+	if !ok {
+		return 0, fmt.Errorf("netns link %q: not net:[inode]", target)
+	}
+	ino, err := strconv.ParseUint(num, 10, 32)
+	if err != nil || ino == 0 {
+		return 0, fmt.Errorf("netns link %q: bad inode", target)
+	}
+	return uint32(ino), nil
+}
