@@ -1,0 +1,86 @@
+package cdispec
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+func TestAllocationKey(t *testing.T) {
+	a := AllocationKey([]string{"0000:41:00.0", "0000:21:00.0"})
+	b := AllocationKey([]string{"0000:21:00.0", "0000:41:00.0"})
+	c := AllocationKey([]string{"0000:21:00.0"})
+	if a != b || a == c || len(a) != 16 {
+		t.Fatalf("keys %q %q %q: want order-independent, distinct, 16 hex", a, b, c)
+	}
+}
+
+// TestRuntimeSeesWrittenSpec writes a spec and resolves it the way a
+// container runtime does, with its own CDI cache over the same directory.
+func TestRuntimeSeesWrittenSpec(t *testing.T) {
+	dir := t.TempDir()
+	w, err := New(dir, "hpe.com/cxi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := AllocationKey([]string{"0000:21:00.0"})
+	devNode := filepath.Join(t.TempDir(), "cxi0")
+	if err := os.WriteFile(devNode, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edits := Edits{Env: []string{"SLINGSHOT_VNIS=1024", "SLINGSHOT_SVC_IDS=2"}}
+	if err := w.Write(key, edits); err != nil {
+		t.Fatal(err)
+	}
+	runtime, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/bin"}}}
+	if unresolved, err := runtime.InjectDevices(spec, w.DeviceName(key)); err != nil {
+		t.Fatalf("InjectDevices: %v (unresolved %v)", err, unresolved)
+	}
+	for _, want := range edits.Env {
+		if !slices.Contains(spec.Process.Env, want) {
+			t.Fatalf("env %v lacks %s", spec.Process.Env, want)
+		}
+	}
+
+	// A container restart rewrites the spec with new values.
+	if err := w.Write(key, Edits{Env: []string{"SLINGSHOT_VNIS=2048", "SLINGSHOT_SVC_IDS=3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runtime.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	spec = &oci.Spec{Process: &oci.Process{}}
+	if _, err := runtime.InjectDevices(spec, w.DeviceName(key)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(spec.Process.Env, "SLINGSHOT_VNIS=2048") {
+		t.Fatalf("rewritten spec not seen: %v", spec.Process.Env)
+	}
+
+	if err := w.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Remove(key); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+	_ = runtime.Refresh()
+	if _, err := runtime.InjectDevices(&oci.Spec{Process: &oci.Process{}}, w.DeviceName(key)); err == nil {
+		t.Fatal("a removed spec still resolves")
+	}
+}
+
+func TestNewRejectsBadKind(t *testing.T) {
+	for _, kind := range []string{"cxi", "/cxi", "hpe.com/"} {
+		if _, err := New(t.TempDir(), kind); err == nil {
+			t.Errorf("New(%q) succeeded", kind)
+		}
+	}
+}
