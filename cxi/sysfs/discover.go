@@ -219,7 +219,7 @@ func linkedPCIAddress(fsys fs.FS, devLink string) (addr string, uevent map[strin
 	}
 	s, rerr := readAttr(fsys, devLink+"/uevent")
 	if rerr != nil {
-		return "", nil, attrErr(devLink, lerr)
+		return "", nil, attrErr(devLink+"/uevent", rerr)
 	}
 	env, perr := parseUevent(s)
 	if perr == nil {
