@@ -122,6 +122,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if out == "" {
 		return usageError{errors.New("--out DIR is required")}
 	}
+	if spec.NUMANodes < 1 { // the Spec reads 0 as "one node"; on the command line it is a mistake
+		return usageError{fmt.Errorf("numa-nodes must be 1 to %d, not %d", mocksysfs.MaxNUMANodes, spec.NUMANodes)}
+	}
 	if models != "" {
 		spec.GPUModels = strings.Split(models, ",")
 	}
