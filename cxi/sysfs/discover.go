@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"path"
 	"slices"
-	"strings"
 )
 
 // Class directories, relative to the sysfs root.
@@ -249,22 +248,38 @@ func driverName(fsys fs.FS, dev string, uevent map[string]string) string {
 	return uevent["DRIVER"]
 }
 
-// readAttr reads one attribute file, at most maxAttrSize bytes.
+// readAttr reads one attribute file, at most maxAttrSize bytes. Attributes
+// are a few bytes long, so it reads into a small buffer rather than
+// io.ReadAll's 512 bytes or io.Copy's 32 KiB.
 func readAttr(fsys fs.FS, p string) (string, error) {
 	f, err := fsys.Open(p)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	var b strings.Builder
-	n, err := io.Copy(&b, io.LimitReader(f, maxAttrSize+1))
-	if err != nil {
-		return "", err
+	buf := make([]byte, 0, 64)
+	for empty := 0; ; {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if n == 0 && err == nil {
+			if empty++; empty > 100 {
+				return "", io.ErrNoProgress
+			}
+			continue
+		}
+		if len(buf) > maxAttrSize {
+			return "", fmt.Errorf("%w: larger than %d bytes", ErrInvalidValue, maxAttrSize)
+		}
+		if errors.Is(err, io.EOF) {
+			return string(buf), nil
+		}
+		if err != nil {
+			return "", err
+		}
 	}
-	if n > maxAttrSize {
-		return "", fmt.Errorf("%w: larger than %d bytes", ErrInvalidValue, maxAttrSize)
-	}
-	return b.String(), nil
 }
 
 // attrReader reads the attributes of one NIC and collects the problems.
