@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -142,12 +141,3 @@ func (e errFS) Open(name string) (fs.File, error) {
 
 func (e errFS) ReadLink(name string) (string, error)   { return fs.ReadLink(e.inner, name) }
 func (e errFS) Lstat(name string) (fs.FileInfo, error) { return fs.Lstat(e.inner, name) }
-
-func hasSuffixIn(paths []string, suffix string) bool {
-	for _, p := range paths {
-		if strings.HasSuffix(p, suffix) {
-			return true
-		}
-	}
-	return false
-}
