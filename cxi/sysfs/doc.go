@@ -1,0 +1,26 @@
+// Package sysfs discovers HPE Slingshot (CXI) NICs from a sysfs tree.
+//
+// [Discover] walks class/cxi/cxiN and class/cxi_user/cxiN under an [fs.FS]
+// rooted at the sysfs root (os.DirFS("/sys") on a node, an on-disk mock tree
+// or an [testing/fstest.MapFS] in tests). For each device it reads the PCI
+// address from the class device's "device" link, the PCI vendor and device
+// IDs, the NUMA node, the bound driver, the driver's device/properties/
+// attributes, the firmware version from device/uc/app_version and the FRU
+// description from device/fru/description. The Ethernet netdev (hsnN) is
+// found by matching the basename of class/net/*/device against the NIC's PCI
+// address, never by index, as cxi_stat and libfabric do.
+//
+// Bad trees do not stop discovery: a missing, unreadable or garbled attribute
+// becomes an [*AttrError] that names the file, is recorded in [NIC.Problems],
+// and marks that NIC unhealthy; its siblings are discovered as usual.
+//
+// [ReadLinkState] is the cheap re-read a health poller calls: it reads only
+// the values that change at run time (link, speed, pct_eq and the netdev's
+// operstate).
+//
+// The parsers (parseHex32, parseDecimal, parsePCIAddress, ...) are pure
+// functions of the attribute text and never panic; each has a fuzz target.
+// Nothing in this package logs, keeps state or starts goroutines, so every
+// function is safe to call concurrently on a file system that is safe for
+// concurrent reads.
+package sysfs
