@@ -6,7 +6,7 @@ BIN       ?= bin
 PKGS      ?= ./...
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
-STATICCHECK_VERSION ?= 2026.1
+STATICCHECK_VERSION ?= v0.8.2
 LDFLAGS   ?= -s -w
 
 .PHONY: all build test check lint bench fuzz generate clean
