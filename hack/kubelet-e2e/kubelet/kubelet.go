@@ -1,0 +1,225 @@
+// Package kubelet runs the parts of the real kubelet that a device plugin
+// talks to: the device manager of k8s.io/kubernetes (registration,
+// ListAndWatch, GetPreferredAllocation, Allocate, PreStartContainer, its
+// checkpoint) and the PodResources v1 server backed by that manager. Pods
+// are admitted and removed by the test, standing in for the pod workers.
+//
+// Nothing here re-implements kubelet logic: admission calls the manager's
+// own Allocate and GetDeviceRunContainerOptions, capacity comes from its
+// GetCapacity, and pod removal from its UpdateAllocatedDevices.
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	_ "unsafe" // for go:linkname
+
+	cadvisorapi "github.com/google/cadvisor/lib/model"
+	"google.golang.org/grpc"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+)
+
+// newManagerImpl is the device manager's only constructor that takes a
+// socket path; the exported one hard-codes /var/lib/kubelet. A pull
+// linkname is not type-checked: compare this signature with
+// pkg/kubelet/cm/devicemanager/manager.go whenever the k8s version moves.
+//
+//go:linkname newManagerImpl k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.newManagerImpl
+func newManagerImpl(logger klog.Logger, socketPath string, topology []cadvisorapi.Node, store topologymanager.Store) (*devicemanager.ManagerImpl, error)
+
+// Kubelet is a running device manager plus PodResources server under one
+// kubelet directory. Its methods are safe for concurrent use.
+type Kubelet struct {
+	Dir string // the kubelet directory (device-plugins/, pod-resources/)
+
+	logger  klog.Logger
+	manager *devicemanager.ManagerImpl
+	podRes  *grpc.Server
+	podWG   sync.WaitGroup
+
+	mu   sync.Mutex
+	pods map[types.UID]*v1.Pod
+}
+
+// Start runs the device manager on <dir>/device-plugins/kubelet.sock and
+// the PodResources v1 API on <dir>/pod-resources/kubelet.sock. numaNodes
+// is the machine's NUMA node count as cadvisor would report it.
+func Start(ctx context.Context, dir string, numaNodes int) (*Kubelet, error) {
+	k := &Kubelet{Dir: dir, logger: klog.FromContext(ctx), pods: map[types.UID]*v1.Pod{}}
+	pluginDir := filepath.Join(dir, "device-plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return nil, err
+	}
+	var topo []cadvisorapi.Node
+	for i := range numaNodes {
+		topo = append(topo, cadvisorapi.Node{Id: i})
+	}
+	m, err := newManagerImpl(k.logger, filepath.Join(pluginDir, "kubelet.sock"), topo, topologymanager.NewFakeManager(k.logger))
+	if err != nil {
+		return nil, fmt.Errorf("device manager: %w", err)
+	}
+	k.manager = m
+	if err := m.Start(k.logger, k.activePods, readySources{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		return nil, fmt.Errorf("start device manager: %w", err)
+	}
+	if err := k.servePodResources(ctx); err != nil {
+		_ = m.Stop(k.logger)
+		return nil, err
+	}
+	return k, nil
+}
+
+// Stop ends both servers, as a kubelet exit would. The checkpoint stays, so
+// a later Start on the same directory restores the allocations.
+func (k *Kubelet) Stop() error {
+	k.podRes.Stop()
+	k.podWG.Wait()
+	return k.manager.Stop(k.logger)
+}
+
+func (k *Kubelet) servePodResources(ctx context.Context) error {
+	dir := filepath.Join(k.Dir, "pod-resources")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	sock := filepath.Join(dir, "kubelet.sock")
+	_ = os.Remove(sock)
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", sock, err)
+	}
+	k.podRes = grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(k.podRes, podresources.NewV1PodResourcesServer(ctx, podresources.PodResourcesProviders{
+		Pods:             podsProvider{k},
+		Devices:          devicesProvider{k.manager},
+		Cpus:             noCPUs{},
+		Memory:           noMemory{},
+		DynamicResources: noDRA{},
+	}))
+	k.podWG.Go(func() { _ = k.podRes.Serve(lis) })
+	return nil
+}
+
+// Capacity returns the capacity and allocatable count of one resource as
+// the kubelet would report them in the Node status.
+func (k *Kubelet) Capacity(resource string) (capacity, allocatable int64) {
+	c, a, _ := k.manager.GetCapacity(k.logger)
+	if q, ok := c[v1.ResourceName(resource)]; ok {
+		capacity = q.Value()
+	}
+	if q, ok := a[v1.ResourceName(resource)]; ok {
+		allocatable = q.Value()
+	}
+	return capacity, allocatable
+}
+
+// Admit does what the kubelet does for a new pod's devices: Allocate for
+// every container (which calls GetPreferredAllocation and Allocate on the
+// plugin), then, as each container starts, GetDeviceRunContainerOptions
+// (which calls PreStartContainer). The pod stays active until RemovePod.
+func (k *Kubelet) Admit(ctx context.Context, pod *v1.Pod) (map[string]*devicemanager.DeviceRunContainerOptions, error) {
+	k.mu.Lock()
+	k.pods[pod.UID] = pod
+	k.mu.Unlock()
+	for i := range pod.Spec.Containers {
+		if err := k.manager.Allocate(ctx, pod, &pod.Spec.Containers[i], lifecycle.AddOperation); err != nil {
+			k.RemovePod(pod.UID)
+			return nil, fmt.Errorf("allocate %s/%s: %w", pod.Name, pod.Spec.Containers[i].Name, err)
+		}
+	}
+	return k.StartContainers(ctx, pod)
+}
+
+// StartContainers returns each container's run options as the kubelet
+// computes them at container start; call it again to model a restart.
+func (k *Kubelet) StartContainers(ctx context.Context, pod *v1.Pod) (map[string]*devicemanager.DeviceRunContainerOptions, error) {
+	opts := map[string]*devicemanager.DeviceRunContainerOptions{}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		o, err := k.manager.GetDeviceRunContainerOptions(ctx, pod, c)
+		if err != nil {
+			return nil, fmt.Errorf("start container %s/%s: %w", pod.Name, c.Name, err)
+		}
+		opts[c.Name] = o
+	}
+	return opts, nil
+}
+
+// Devices returns the device IDs of one resource that the manager holds
+// for a container.
+func (k *Kubelet) Devices(pod *v1.Pod, container, resource string) []string {
+	ids := slices.Collect(func(yield func(string) bool) {
+		for id := range k.manager.GetDevices(string(pod.UID), container)[resource] {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	slices.Sort(ids)
+	return ids
+}
+
+// RemovePod makes the pod inactive and lets the manager free its devices.
+func (k *Kubelet) RemovePod(uid types.UID) {
+	k.mu.Lock()
+	delete(k.pods, uid)
+	k.mu.Unlock()
+	k.manager.UpdateAllocatedDevices(k.logger)
+}
+
+func (k *Kubelet) activePods() []*v1.Pod {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pods := make([]*v1.Pod, 0, len(k.pods))
+	for _, p := range k.pods {
+		pods = append(pods, p)
+	}
+	slices.SortFunc(pods, func(a, b *v1.Pod) int { return compareStrings(string(a.UID), string(b.UID)) })
+	return pods
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ErrNotFound is returned for a pod the kubelet does not know.
+var ErrNotFound = errors.New("pod not found")
+
+type readySources struct{}
+
+func (readySources) AddSource(string) {}
+func (readySources) AllReady() bool   { return true }
+
+type podsProvider struct{ k *Kubelet }
+
+func (p podsProvider) GetActivePods() []*v1.Pod { return p.k.activePods() }
+func (p podsProvider) GetPods() []*v1.Pod       { return p.k.activePods() }
+func (p podsProvider) GetPodByName(namespace, name string) (*v1.Pod, bool) {
+	for _, pod := range p.k.activePods() {
+		if pod.Namespace == namespace && pod.Name == name {
+			return pod, true
+		}
+	}
+	return nil, false
+}
