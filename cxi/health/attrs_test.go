@@ -66,9 +66,9 @@ func TestParseSpeed(t *testing.T) {
 		{"200000\n", 200000, false},
 		{"100000\n", 100000, false},
 		{"50000\n", 50000, false},
-		{"0\n", 0, false},           // no port
-		{"-1\n", 0, false},          // SPEED_UNKNOWN
-		{"4294967295\n", 0, false},  // SPEED_UNKNOWN printed unsigned
+		{"0\n", 0, false},          // no port
+		{"-1\n", 0, false},         // SPEED_UNKNOWN
+		{"4294967295\n", 0, false}, // SPEED_UNKNOWN printed unsigned
 		{"2147483647\n", 2147483647, false},
 		{"2147483648\n", 0, true},
 		{"-2\n", 0, true},
