@@ -335,6 +335,7 @@ func (m *Monitor) startLinkSource(ctx context.Context, wg *sync.WaitGroup, watch
 		m.log.Warn("netlink link events unavailable, continuing without it", "err", err)
 		return
 	}
+	m.log.Info("netlink link events subscribed")
 	decode := func(msg netlink.Message) (linkUpdate, bool, error) {
 		u, ok, err := decodeLinkMessage(msg)
 		return u, ok && watched[u.Name], err
@@ -357,6 +358,7 @@ func (m *Monitor) startHWErrorSource(ctx context.Context, wg *sync.WaitGroup, ou
 		m.log.Warn("cxierr hardware error events unavailable, continuing without it", "err", err)
 		return
 	}
+	m.log.Info("cxierr hardware error events subscribed")
 	decode := func(msg netlink.Message) (HWError, bool, error) {
 		e, err := decodeHWErrorMessage(msg)
 		return e, err == nil, err
@@ -380,6 +382,8 @@ func (m *Monitor) openEthtool(needed bool) ethtoolQuerier {
 		m.log.Warn("ethtool unavailable, continuing without it", "err", err)
 	case err != nil:
 		m.log.Warn("ethtool partly unavailable, continuing without it", "err", err)
+	default:
+		m.log.Info("ethtool opened")
 	}
 	return q
 }
