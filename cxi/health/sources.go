@@ -1,10 +1,6 @@
 package health
 
-import (
-	"errors"
-
-	"github.com/mdlayher/netlink"
-)
+import "github.com/mdlayher/netlink"
 
 // Sources chooses the event sources of a [Monitor] besides sysfs, which is
 // always read. The zero value uses the real ones.
@@ -54,7 +50,3 @@ type EthtoolInfo struct {
 	// LinkDetected is ethtool's link state ("Link detected").
 	LinkDetected bool
 }
-
-// errNotSupported is returned by the real sources on platforms without
-// netlink.
-var errNotSupported = errors.ErrUnsupported
