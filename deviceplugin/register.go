@@ -20,6 +20,13 @@ func pluginOptions() *pluginapi.DevicePluginOptions {
 	}
 }
 
+// Retries within freshKubeletWindow of kubelet.sock being created wait at
+// most freshKubeletRetry.
+const (
+	freshKubeletWindow = 2 * time.Second
+	freshKubeletRetry  = 10 * time.Millisecond
+)
+
 // regResult is the outcome of one registration with its retries.
 type regResult struct {
 	gen     int    // server generation that registered
@@ -29,17 +36,29 @@ type regResult struct {
 
 // register calls Register on the kubelet, retrying under the server's
 // Backoff. A value on kick ends a wait between attempts early (only when
-// the Backoff has no Wait of its own).
+// the Backoff has no Wait of its own), and waits are short while the
+// kubelet's socket is new.
 func (s *Server) register(ctx context.Context, gen int, reason string, kick <-chan struct{}) regResult {
 	p := s.backoff
-	if p.Wait == nil {
-		p.Wait = func(ctx context.Context, d time.Duration) error { return waitOrKick(ctx, d, kick) }
+	wait := p.Wait
+	p.Wait = func(ctx context.Context, d time.Duration) error {
+		// A kubelet that has just created its socket listens on it a
+		// moment later; until then connecting is refused. Retry soon
+		// rather than after a delay meant for a kubelet that is down.
+		if created := s.kubeletCreated.Load(); created != 0 && time.Since(time.Unix(0, created)) < freshKubeletWindow {
+			d = min(d, freshKubeletRetry)
+		}
+		if wait != nil {
+			return wait(ctx, d)
+		}
+		return waitOrKick(ctx, d, kick)
 	}
 	attempts := max(p.Attempts, 1)
 	res := regResult{gen: gen}
 	n := 0
 	res.err = p.Do(ctx, func(ctx context.Context) error {
 		n++
+		before, _ := s.currentEpoch()
 		id, err := s.registerOnce(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -50,6 +69,12 @@ func (s *Server) register(ctx context.Context, gen int, reason string, kick <-ch
 		}
 		s.registeredOK.Inc()
 		res.kubelet = id
+		// The kubelet dialled the socket path during Register; if the
+		// socket was served again meanwhile, the options call tells
+		// which generation it reached.
+		if epoch, epochGen := s.currentEpoch(); epoch != before {
+			res.gen = epochGen
+		}
 		s.log.Info("registered with kubelet", "attempt", n, "reason", reason, "socket", s.socketName)
 		return nil
 	})

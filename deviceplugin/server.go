@@ -126,16 +126,27 @@ type Server struct {
 	streamsGauge    prometheus.Gauge
 
 	running atomic.Bool
+	// kubeletCreated is when kubelet.sock was last created (Unix ns).
+	kubeletCreated atomic.Int64
 	// streamEnded wakes Run when a ListAndWatch stream of the current
 	// generation ended while the server was not stopping it.
 	streamEnded chan struct{}
 
-	mu         sync.Mutex
-	devices    *deviceSet
-	changed    chan struct{} // closed and replaced on every Update
-	streams    int
-	quickEnded bool // the last ended stream lived less than quickStreamLifetime
-	status     Status
+	mu      sync.Mutex
+	devices *deviceSet
+	changed chan struct{} // closed and replaced on every Update
+	streams int
+	// The kubelet calls GetDevicePluginOptions once each time it connects
+	// a client to the plugin, before it opens ListAndWatch. Each call
+	// starts a new epoch: the generation it reached tells which socket a
+	// registration really connected, and a stream of an older epoch that
+	// ends says nothing about the current connection.
+	epoch        uint64
+	epochGen     int // generation that served the epoch's options call
+	epochStreams int // open streams of the current epoch
+	endedEpoch   uint64
+	quickEnded   bool // the last stream of the epoch lived < quickStreamLifetime
+	status       Status
 }
 
 // NewServer checks cfg and returns a Server that advertises no devices
@@ -287,24 +298,49 @@ func (s *Server) currentDevices() *deviceSet {
 	return s.devices
 }
 
-// streamOpened and streamClosed keep count of the ListAndWatch streams;
-// streamClosed wakes Run when the kubelet (not the server) ended one.
-func (s *Server) streamOpened() {
+// kubeletConnected starts a new epoch; see Server.epoch.
+func (s *Server) kubeletConnected(gen int) {
 	s.mu.Lock()
-	s.streams++
-	s.streamsGauge.Set(float64(s.streams))
+	s.epoch++
+	s.epochGen = gen
+	s.epochStreams = 0
 	s.mu.Unlock()
 }
 
-func (s *Server) streamClosed(lifetime time.Duration, byKubelet bool) {
+// currentEpoch returns the epoch and the generation that started it.
+func (s *Server) currentEpoch() (uint64, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch, s.epochGen
+}
+
+// streamOpened and streamClosed keep count of the ListAndWatch streams.
+// streamClosed wakes Run when the kubelet (not the server) ended the last
+// stream of the current epoch.
+func (s *Server) streamOpened() (epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams++
+	s.epochStreams++
+	s.streamsGauge.Set(float64(s.streams))
+	return s.epoch
+}
+
+func (s *Server) streamClosed(epoch uint64, lifetime time.Duration, byKubelet bool) {
 	s.mu.Lock()
 	s.streams--
 	s.streamsGauge.Set(float64(s.streams))
-	if byKubelet {
+	current := epoch == s.epoch
+	if current {
+		s.epochStreams--
+	}
+	wake := byKubelet && current && s.epochStreams == 0
+	if wake {
+		s.endedEpoch = epoch
 		s.quickEnded = lifetime < quickStreamLifetime
 	}
 	s.mu.Unlock()
-	if byKubelet {
+	if wake {
 		select {
 		case s.streamEnded <- struct{}{}:
 		default:
@@ -312,10 +348,12 @@ func (s *Server) streamClosed(lifetime time.Duration, byKubelet bool) {
 	}
 }
 
-func (s *Server) openStreams() (int, bool) {
+// droppedEpoch reports the current epoch and whether the kubelet has ended
+// all of its streams, and whether the last one ended quickly.
+func (s *Server) droppedEpoch() (epoch uint64, dropped, quick bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.streams, s.quickEnded
+	return s.epoch, s.epoch > 0 && s.endedEpoch == s.epoch && s.epochStreams == 0, s.quickEnded
 }
 
 func (s *Server) setStatus(f func(*Status)) {
@@ -384,6 +422,7 @@ type runLoop struct {
 	regDone    chan regResult
 
 	rereg      *time.Timer
+	reregEpoch uint64
 	quickEnds  int
 	lastReason string
 }
@@ -432,7 +471,7 @@ func (r *runLoop) run(ctx context.Context) error {
 
 		case <-timerC(r.rereg):
 			r.rereg = nil
-			if n, _ := s.openStreams(); n == 0 {
+			if epoch, dropped, _ := s.droppedEpoch(); dropped && epoch == r.reregEpoch {
 				s.log.Warn("kubelet closed the ListAndWatch stream; registering again")
 				s.m.reregistrations.WithLabelValues(s.name, reasonStreamEnded).Inc()
 				r.registered = nil
@@ -474,6 +513,7 @@ func (r *runLoop) handleEvent(ctx context.Context, ev fsnotify.Event) error {
 	switch filepath.Clean(ev.Name) {
 	case s.kubeletPath:
 		if ev.Has(fsnotify.Create) {
+			s.kubeletCreated.Store(time.Now().UnixNano())
 			s.log.Info("kubelet socket created", "path", ev.Name)
 			r.kubeletRestarted(ctx)
 		}
@@ -616,13 +656,13 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 	r.regCancel = nil
 	switch {
 	case res.err == nil:
+		// res.gen is the generation the kubelet actually connected; when
+		// it is older than the current one, needsRegistration says so
+		// below and the server registers again.
+		// A pending stream-end timer stays armed: the kubelet may already
+		// have dropped the stream this registration opened, and the
+		// timer's epoch check ignores it otherwise.
 		r.registered = &regRecord{gen: res.gen, kubelet: res.kubelet}
-		// The socket was served again while registering. If the kubelet
-		// already streams from the new generation it has found it; a
-		// second Register would only be refused as already connected.
-		if res.gen != r.genID && r.gen != nil && r.gen.svc.streams.Load() > 0 {
-			r.registered.gen = r.genID
-		}
 		now := time.Now()
 		s.setStatus(func(st *Status) {
 			st.Registered, st.LastRegistered, st.LastError = true, now, nil
@@ -634,18 +674,18 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		s.setStatus(func(st *Status) { st.Registered, st.LastError = false, res.err })
 		s.log.Error("registration with kubelet failed; waiting for kubelet.sock to be created again", "err", res.err)
 	}
-	if r.regPending {
+	if r.regPending || (res.err == nil && r.needsRegistration()) {
 		r.regPending = false
 		r.wantRegister(ctx, "")
 	}
 }
 
 // streamEnded arms the re-registration timer when the kubelet has closed
-// its last stream.
+// the last stream of its current connection.
 func (r *runLoop) streamEnded() {
 	s := r.s
-	n, quick := s.openStreams()
-	if n > 0 || r.rereg != nil {
+	epoch, dropped, quick := s.droppedEpoch()
+	if !dropped || (r.rereg != nil && r.reregEpoch == epoch) {
 		return
 	}
 	if quick {
@@ -653,15 +693,18 @@ func (r *runLoop) streamEnded() {
 	} else {
 		r.quickEnds = 0
 	}
+	limit := max(s.backoff.Max, s.reregisterDelay)
 	delay := s.reregisterDelay
-	for i := 1; i < r.quickEnds && delay < max(s.backoff.Max, s.reregisterDelay); i++ {
+	for i := 1; i < r.quickEnds && delay < limit; i++ {
 		delay *= 2
 	}
-	if m := max(s.backoff.Max, s.reregisterDelay); delay > m {
-		delay = m
-	}
+	delay = min(delay, limit)
 	s.log.Info("kubelet closed the ListAndWatch stream", "register_again_in", delay)
+	if r.rereg != nil {
+		r.rereg.Stop()
+	}
 	r.rereg = time.NewTimer(delay)
+	r.reregEpoch = epoch
 }
 
 // shutdown stops registration and serving and removes the socket.

@@ -76,12 +76,13 @@ type pluginService struct {
 
 	s        *Server
 	gen      int
-	stopping atomic.Bool  // set before the server ends the streams itself
-	streams  atomic.Int32 // open ListAndWatch streams of this generation
+	stopping atomic.Bool // set before the server ends the streams itself
 }
 
 // GetDevicePluginOptions returns the options the server registered with.
+// The kubelet calls it once per connection, which starts a new epoch.
 func (p *pluginService) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	p.s.kubeletConnected(p.gen)
 	return pluginOptions(), nil
 }
 
@@ -90,13 +91,10 @@ func (p *pluginService) GetDevicePluginOptions(context.Context, *pluginapi.Empty
 func (p *pluginService) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
 	s := p.s
 	opened := time.Now()
-	p.streams.Add(1)
-	s.streamOpened()
+	epoch := s.streamOpened()
 	s.log.Info("kubelet opened ListAndWatch")
 	defer func() {
-		p.streams.Add(-1)
-		byKubelet := !p.stopping.Load()
-		s.streamClosed(time.Since(opened), byKubelet)
+		s.streamClosed(epoch, time.Since(opened), !p.stopping.Load())
 	}()
 
 	var sent uint64
