@@ -50,8 +50,8 @@ func newLogRecorder(tb testing.TB) *logRecorder {
 }
 
 func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler      { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler           { return l }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
 
 func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder

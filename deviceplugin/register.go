@@ -29,9 +29,11 @@ const (
 
 // regResult is the outcome of one registration with its retries.
 type regResult struct {
-	gen     int    // server generation that registered
-	kubelet fileID // the kubelet socket registered with
-	err     error
+	gen      int    // server generation that registered
+	kubelet  fileID // the kubelet socket registered with
+	attempts int
+	reason   string
+	err      error
 }
 
 // register calls Register on the kubelet, retrying under the server's
@@ -69,13 +71,13 @@ func (s *Server) register(ctx context.Context, gen int, reason string, kick <-ch
 		}
 		s.registeredOK.Inc()
 		res.kubelet = id
+		res.attempts, res.reason = n, reason
 		// The kubelet dialled the socket path during Register; if the
 		// socket was served again meanwhile, the options call tells
 		// which generation it reached.
 		if epoch, epochGen := s.currentEpoch(); epoch != before {
 			res.gen = epochGen
 		}
-		s.log.Info("registered with kubelet", "attempt", n, "reason", reason, "socket", s.socketName)
 		return nil
 	})
 	return res

@@ -667,6 +667,7 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		s.setStatus(func(st *Status) {
 			st.Registered, st.LastRegistered, st.LastError = true, now, nil
 		})
+		s.log.Info("registered with kubelet", "attempts", res.attempts, "reason", res.reason, "socket", s.socketName, "generation", res.gen)
 	case ctx.Err() != nil:
 		return
 	default:
