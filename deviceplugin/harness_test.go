@@ -109,7 +109,7 @@ func shortTempDir(tb testing.TB) string {
 // harness is one Server under test in a temporary device-plugins
 // directory, with a fake kubelet that is not started yet.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	kubelet *fakeKubelet
 	res     *fakeResource
@@ -127,7 +127,7 @@ type harness struct {
 // restart in a test.
 var fastBackoff = backoff.Policy{Initial: time.Millisecond, Max: 10 * time.Millisecond, Factor: 2, Attempts: 200}
 
-func newHarness(t *testing.T, configure func(*ServerConfig)) *harness {
+func newHarness(t testing.TB, configure func(*ServerConfig)) *harness {
 	t.Helper()
 	h := &harness{
 		t:      t,
@@ -210,4 +210,12 @@ func leakedGoroutines() []string {
 		}
 	}
 	return leaks
+}
+
+// contextWithCancel returns a context of the test that the caller may
+// cancel early.
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	return ctx, cancel
 }

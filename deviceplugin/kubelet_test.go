@@ -73,7 +73,7 @@ type endpoint struct {
 	cancel context.CancelFunc
 }
 
-func newFakeKubelet(t *testing.T, dir string) *fakeKubelet {
+func newFakeKubelet(t testing.TB, dir string) *fakeKubelet {
 	k := &fakeKubelet{
 		dir:        dir,
 		path:       filepath.Join(dir, DefaultKubeletSocketName),
@@ -88,7 +88,7 @@ func newFakeKubelet(t *testing.T, dir string) *fakeKubelet {
 
 // start removes the sockets in the directory, as the kubelet does when it
 // starts, when clean is set, and then serves kubelet.sock.
-func (k *fakeKubelet) start(t *testing.T, clean bool) {
+func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	t.Helper()
 	if clean {
 		entries, err := os.ReadDir(k.dir)
@@ -141,7 +141,7 @@ func (k *fakeKubelet) stop() {
 }
 
 // restart stops the kubelet and starts it again, cleaning the directory.
-func (k *fakeKubelet) restart(t *testing.T) {
+func (k *fakeKubelet) restart(t testing.TB) {
 	t.Helper()
 	k.stop()
 	k.start(t, true)
