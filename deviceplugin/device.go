@@ -111,6 +111,14 @@ func newDeviceSet(devs []Device, version uint64) (*deviceSet, []error) {
 	return set, dropped
 }
 
+// sameDevices reports whether s and o advertise the same devices with the
+// same health and topology.
+func (s *deviceSet) sameDevices(o *deviceSet) bool {
+	return slices.EqualFunc(s.list, o.list, func(a, b Device) bool {
+		return a.ID == b.ID && a.Healthy == b.Healthy && slices.Equal(a.NUMANodes, b.NUMANodes)
+	})
+}
+
 // pluginDevices converts the snapshot to the kubelet's wire form.
 func (s *deviceSet) pluginDevices() []*pluginapi.Device {
 	out := make([]*pluginapi.Device, len(s.list))

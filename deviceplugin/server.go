@@ -248,8 +248,10 @@ func (s *Server) Status() Status {
 	return st
 }
 
-// Update replaces the advertised devices with a copy of devs and sends the
-// new list on every open ListAndWatch stream. Devices with an empty ID, an
+// Update replaces the advertised devices with a copy of devs and, when
+// anything changed, sends the new list on every open ListAndWatch stream;
+// an unchanged list sends nothing, so callers may poll (the kubelet
+// rewrites its checkpoint on every message). Devices with an empty ID, an
 // ID longer than 63 characters or an ID seen before in devs are left out
 // and logged. Update may be called before Run, to advertise the devices
 // from the first ListAndWatch on.
@@ -257,6 +259,11 @@ func (s *Server) Update(devs []Device) {
 	s.mu.Lock()
 	old := s.devices
 	set, dropped := newDeviceSet(devs, old.version+1)
+	if set.sameDevices(old) {
+		s.mu.Unlock()
+		s.logDropped(dropped)
+		return
+	}
 	s.devices = set
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -274,6 +281,10 @@ func (s *Server) Update(devs []Device) {
 	}
 	s.setDeviceGauges(set)
 	s.mu.Unlock()
+	s.logDropped(dropped)
+}
+
+func (s *Server) logDropped(dropped []error) {
 	for _, err := range dropped {
 		s.log.Warn("device left out", "err", err)
 	}
@@ -542,7 +553,7 @@ func (r *runLoop) resync(ctx context.Context) error {
 	if err := r.checkOwnSocket(ctx); err != nil {
 		return err
 	}
-	if r.registered != nil && r.needsRegistration() {
+	if r.needsRegistration() {
 		r.kubeletRestarted(ctx)
 	}
 	return nil

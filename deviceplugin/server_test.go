@@ -86,6 +86,13 @@ func TestListAndWatchSendsInitialListAndEveryUpdate(t *testing.T) {
 		t.Fatalf("after failure = %v, want %v", got, want)
 	}
 
+	// A repeated list changes nothing and is not sent again.
+	before := h.srv.currentDevices().version
+	h.srv.Update(devs)
+	if after := h.srv.currentDevices().version; after != before {
+		t.Errorf("unchanged Update moved the version from %d to %d", before, after)
+	}
+
 	// Unhealthy devices recover: the kubelet hears about that too.
 	h.srv.Update(testDevices())
 	want[2] = "dev2=Healthy@numa1"
