@@ -4,6 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // decodePreferredInput turns fuzz bytes into a request: a spec of
@@ -111,6 +115,63 @@ func FuzzNaturalCompare(f *testing.F) {
 		slices.SortFunc(s, naturalCompare)
 		if naturalCompare(s[0], s[1]) > 0 || naturalCompare(s[1], s[2]) > 0 || naturalCompare(s[0], s[2]) > 0 {
 			t.Fatalf("not transitive: sorted %q", s)
+		}
+	})
+}
+
+// FuzzServiceRequests feeds the kubelet-facing handlers random device IDs
+// and sizes, as a confused or newer kubelet might send them: they must
+// answer or refuse, never panic, never prefer an ID outside the request's
+// available list, and never hand an unknown or unhealthy ID to the
+// Resource.
+func FuzzServiceRequests(f *testing.F) {
+	f.Add("dev0,dev1,dev2,dev3;dev3;", int32(2))
+	f.Add("dev0,dev0,ghost;ghost;", int32(1))
+	f.Add(";;", int32(-1))
+	f.Add("dev3,dev1;;", int32(2147483647))
+	s, err := NewServer(ServerConfig{Resource: newFakeResource(testResource), PluginDir: f.TempDir()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	devs := testDevices()
+	devs[3].Healthy = false
+	s.Update(devs)
+	svc := &pluginService{s: s}
+	f.Fuzz(func(t *testing.T, spec string, size int32) {
+		avail, must, _ := decodePreferredInput(spec)
+		resp, err := svc.GetPreferredAllocation(t.Context(), &pluginapi.PreferredAllocationRequest{
+			ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+				{AvailableDeviceIDs: avail, MustIncludeDeviceIDs: must, AllocationSize: size},
+			},
+		})
+		if err != nil {
+			t.Fatalf("GetPreferredAllocation: %v", err)
+		}
+		for _, id := range resp.GetContainerResponses()[0].GetDeviceIDs() {
+			if !slices.Contains(avail, id) {
+				t.Fatalf("preferred %q outside available %v", id, avail)
+			}
+		}
+
+		ares, err := svc.Allocate(t.Context(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: avail}},
+		})
+		if err == nil {
+			for _, id := range avail {
+				if d, ok := s.currentDevices().byID[id]; !ok || !d.Healthy {
+					t.Fatalf("Allocate accepted %q (known %v)", id, ok)
+				}
+			}
+			if len(ares.GetContainerResponses()) != 1 {
+				t.Fatalf("Allocate answered %d containers", len(ares.GetContainerResponses()))
+			}
+		} else if c := status.Code(err); c != codes.InvalidArgument && c != codes.FailedPrecondition {
+			t.Fatalf("Allocate error code %v: %v", c, err)
+		}
+		if _, err := svc.PreStartContainer(t.Context(), &pluginapi.PreStartContainerRequest{DevicesIds: must}); err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument {
+				t.Fatalf("PreStart error code %v: %v", c, err)
+			}
 		}
 	})
 }
