@@ -121,6 +121,7 @@ type harness struct {
 	runErr chan error
 	once   *sync.Once
 	err    error
+	judged bool
 }
 
 // fastBackoff retries quickly and often enough to outlast a kubelet
@@ -165,10 +166,18 @@ func (h *harness) run() {
 	h.once = new(sync.Once)
 	go func() { h.runErr <- h.srv.Run(ctx) }()
 	h.t.Cleanup(func() {
-		if err := h.stop(); err != nil {
+		// A test that checked Run's error itself has already judged it.
+		if err := h.stop(); err != nil && !h.judged {
 			h.t.Errorf("Run: %v", err)
 		}
 	})
+}
+
+// wait returns Run's error once Run returns on its own.
+func (h *harness) wait() error {
+	h.once.Do(func() { h.err = recv(h.t, h.runErr, "Run to return") })
+	h.judged = true
+	return h.err
 }
 
 // stop cancels Run and returns its error.
@@ -189,6 +198,27 @@ func (h *harness) startAndRegister() registration {
 	reg := recv(h.t, h.kubelet.registered, "first Register")
 	h.logs.wait(h.t, "registered with kubelet")
 	return reg
+}
+
+// checkNoLeaks fails the test if goroutines of this package (outside
+// tests), fsnotify or a gRPC server are still running. Closers such as
+// fsnotify's Close return a moment before their goroutine has finished
+// its deferred calls, so it yields the processor a bounded number of times
+// before it judges.
+func checkNoLeaks(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		leaks := leakedGoroutines()
+		if len(leaks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Errorf("%d goroutines left:\n%s", len(leaks), strings.Join(leaks, "\n\n"))
+			return
+		}
+		runtime.Gosched()
+	}
 }
 
 // leakedGoroutines returns the stacks of goroutines still running code of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -281,9 +282,7 @@ func TestShutdownRemovesSocketAndStopsGoroutines(t *testing.T) {
 		t.Errorf("Status after shutdown = %+v", st)
 	}
 	h.kubelet.stop()
-	if leaks := leakedGoroutines(); len(leaks) > 0 {
-		t.Errorf("%d goroutines left after Run returned:\n%s", len(leaks), strings.Join(leaks, "\n\n"))
-	}
+	checkNoLeaks(t)
 	// A stopped server can run again.
 	h.kubelet.start(t, true)
 	h.run()
@@ -316,4 +315,33 @@ func TestPluginDirMovedIsCreatedAgain(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.dir, testEndpoint)); err != nil {
 		t.Errorf("socket in new dir: %v", err)
 	}
+}
+
+func TestLiveSocketOfAnotherServerIsNotReplaced(t *testing.T) {
+	h := newHarness(t, func(c *ServerConfig) {
+		c.Backoff = backoff.Policy{Initial: time.Millisecond, Attempts: 2}
+	})
+	other, err := net.Listen("unix", h.srv.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	h.run()
+	if err := h.wait(); !errors.Is(err, ErrSocketInUse) {
+		t.Errorf("Run = %v, want ErrSocketInUse", err)
+	}
+	if _, err := os.Stat(h.srv.SocketPath()); err != nil {
+		t.Errorf("the other server's socket was touched: %v", err)
+	}
+}
+
+func TestStaleSocketIsReplaced(t *testing.T) {
+	h := newHarness(t, nil)
+	stale, err := net.Listen("unix", h.srv.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close() // the file stays, nobody listens: a crashed agent's socket
+	h.startAndRegister()
 }

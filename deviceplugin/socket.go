@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // maxSocketPath is the longest path a unix socket address can hold on
@@ -34,8 +36,18 @@ func statID(path string) (fileID, error) {
 	return id, nil
 }
 
+// ErrSocketInUse is returned (wrapped) by [Server.Run] when another live
+// server, such as a second agent, already listens on the socket path.
+// Replacing its socket would make the two replace each other forever.
+var ErrSocketInUse = errors.New("socket in use by another server")
+
+// staleProbeTimeout bounds the connect that tells a live socket from a
+// stale one.
+const staleProbeTimeout = 100 * time.Millisecond
+
 // removeStaleSocket removes a socket left at path by an earlier run. It
-// refuses to remove anything that is not a socket.
+// refuses to remove anything that is not a socket, and a socket that still
+// accepts connections (ErrSocketInUse).
 func removeStaleSocket(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -46,6 +58,10 @@ func removeStaleSocket(path string) error {
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("remove stale socket %s: not a socket (%s)", path, fi.Mode().Type())
+	}
+	if conn, err := net.DialTimeout("unix", path, staleProbeTimeout); err == nil {
+		conn.Close()
+		return fmt.Errorf("%w: %s", ErrSocketInUse, path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
