@@ -128,13 +128,13 @@ type Server struct {
 	running atomic.Bool
 	// kubeletCreated is when kubelet.sock was last created (Unix ns).
 	kubeletCreated atomic.Int64
-	// streamEnded wakes Run when a ListAndWatch stream of the current
-	// generation ended while the server was not stopping it.
+	// streamEnded wakes Run when the kubelet, not the server, ended the
+	// last ListAndWatch stream of the current epoch.
 	streamEnded chan struct{}
 
 	mu      sync.Mutex
 	devices *deviceSet
-	changed chan struct{} // closed and replaced on every Update
+	changed chan struct{} // closed and replaced by every Update that changes devices
 	streams int
 	// The kubelet calls GetDevicePluginOptions once each time it connects
 	// a client to the plugin, before it opens ListAndWatch. Each call
