@@ -54,6 +54,10 @@ type Device struct {
 	mu     sync.Mutex // serialises this Device's users of lock
 	lock   *os.File
 	closed bool
+
+	// mem, when set, holds the encoded state instead of the file (tests
+	// and fuzzing: the same encode/decode, no disk, no flock).
+	mem *[]byte
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -106,6 +110,9 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
+	if d.lock == nil {
+		return nil
+	}
 	return d.lock.Close()
 }
 
@@ -194,8 +201,9 @@ func (d *Device) dispatch(raw []byte) error {
 			return syscall.EINVAL
 		}
 		return d.update(func(st *state) (bool, syscall.Errno) {
+			// A failed enable leaves the service disabled: save either way.
 			errno := st.setEnable(c.SvcID, c.Enable)
-			return errno == 0, errno
+			return true, errno
 		})
 
 	case uapi.OpSvcSetNetns:
@@ -333,6 +341,13 @@ func (d *Device) locked(mode int, fn func(st *state, created bool) error) error 
 	if d.closed {
 		return syscall.EBADF
 	}
+	if d.mem != nil {
+		st, created, err := d.load()
+		if err != nil {
+			return err
+		}
+		return fn(st, created)
+	}
 	fd := int(d.lock.Fd())
 	if err := flock(fd, mode); err != nil {
 		return stateErr("lock state", err)
@@ -362,7 +377,16 @@ func stateErr(what string, err error) error {
 
 // load reads the state file; a missing file gives a freshly loaded driver.
 func (d *Device) load() (*state, bool, error) {
-	data, err := os.ReadFile(d.statePath)
+	var data []byte
+	var err error
+	if d.mem != nil {
+		data = *d.mem
+		if data == nil {
+			err = fs.ErrNotExist
+		}
+	} else {
+		data, err = os.ReadFile(d.statePath)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		st, errno := newState(d.opts)
 		if errno != 0 {
@@ -389,6 +413,10 @@ func (d *Device) save(st *state) error {
 	data, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
 		return stateErr("encode state", err)
+	}
+	if d.mem != nil {
+		*d.mem = data
+		return nil
 	}
 	if err := writeFileAtomic(d.statePath, data); err != nil {
 		return stateErr("write state", err)
