@@ -234,7 +234,7 @@ func TestAllocValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, dev := open(t, t.TempDir(), Options{})
+			s, dev := open(t, t.TempDir(), Options{NoSync: true})
 			d := podDesc(1024, 2048)
 			tc.edit(&d)
 			id, fail, err := dev.AllocService(d)
@@ -277,7 +277,7 @@ func TestEnableStateAfterAlloc(t *testing.T) {
 }
 
 func TestTLEPools(t *testing.T) {
-	s, dev := open(t, t.TempDir(), Options{})
+	s, dev := open(t, t.TempDir(), Options{NoSync: true})
 	withTLEs := podDesc(1024)
 	withTLEs.Limits[uapi.RsrcTLE] = uapi.Limits{Max: 100, Res: 0}
 	// Pool 0 belongs to the default service: three more fit.
@@ -328,7 +328,7 @@ func TestTLEPools(t *testing.T) {
 }
 
 func TestLEPools(t *testing.T) {
-	_, dev := open(t, t.TempDir(), Options{})
+	_, dev := open(t, t.TempDir(), Options{NoSync: true})
 	withLEs := podDesc(1024)
 	withLEs.Limits[uapi.RsrcLE] = uapi.Limits{Max: 1000, Res: 100}
 	for range 15 { // pools 1-15; pool 0 is shared
@@ -360,7 +360,7 @@ func TestReservationsRunOut(t *testing.T) {
 }
 
 func TestRMUEntriesRunOut(t *testing.T) {
-	s, dev := open(t, t.TempDir(), Options{})
+	s, dev := open(t, t.TempDir(), Options{NoSync: true})
 	for i := range 64 { // 64 services × 4 VNIs = the 256 entries
 		v := uint16(1024 + 4*i)
 		mustAlloc(t, dev, podDesc(v, v+1, v+2, v+3))
@@ -518,7 +518,7 @@ func TestNetnsRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, dev := open(t, t.TempDir(), Options{})
+			_, dev := open(t, t.TempDir(), Options{NoSync: true})
 			tc.steps(t, dev, mustAlloc(t, dev, tc.desc()))
 		})
 	}
@@ -631,7 +631,7 @@ func TestConcurrentDevices(t *testing.T) {
 	errs := make(chan error, workers)
 	for w := range workers {
 		wg.Go(func() {
-			s, err := Open(dir, "cxi0", Options{})
+			s, err := Open(dir, "cxi0", Options{NoSync: true})
 			if err != nil {
 				errs <- err
 				return
