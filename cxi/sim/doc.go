@@ -1,0 +1,48 @@
+// Package sim is a simulated CXI driver for the service commands: a
+// [Device] that accepts the same raw command bytes as /dev/cxiN and
+// answers them by the rules of the real driver (HPE shs-cxi-driver,
+// cass_svc.c, cxi_user_core.c, cass_rgroup.c), so that
+// uapi.NewDevice(simDevice) runs the real encoding end to end on machines
+// without a Slingshot NIC.
+//
+// # Rules it follows
+//
+// The command transport: exact command lengths (EINVAL otherwise), op codes
+// outside the enum (EINVAL), admin-only commands refused on a virtual
+// function or without CAP_SYS_ADMIN (EPERM), responses written through the
+// pointer in the command (EFAULT when it is nil).
+//
+// The services: service 1 is the default service, created at "module load"
+// with VNIs 1 and 10, all four user traffic classes and 512 reserved TLEs
+// in TLE pool 0; it is disabled (disable_default_svc=1) and cannot be
+// destroyed (EINVAL). IDs are the lowest free (the driver's xa_alloc).
+// Descriptors are validated like validate_descriptor (at most 4 VNIs, VNI
+// 0 invalid, member types below CXI_SVC_MEMBER_MAX, res <= max <= device
+// maximum: EINVAL); duplicate members give EEXIST and a member ID of
+// 0xffffffff gives EBADR, as the access-control list does. Resources are
+// reserved like reserve_rsrcs: resource_limits=0 means the device maxima;
+// a non-default service asking for any TLEs gets res=max=max(res,8) and one
+// of the 4 TLE pools; a service reserving LEs takes one of LE pools 1-15
+// (pool 0 is shared by every service reserving none); running out gives
+// ENOSPC with fail info. A service with restricted_vnis=1 is enabled at
+// once, each VNI taking one of the 256 RMU VNI-list entries (ENOSPC when
+// they run out); restricted_vnis=0 leaves it disabled. Destroy and enable
+// give EBUSY while LNIs use the service ([Device.SetInUse] stands in for
+// LNIs). SVC_SET_NETNS gives EEXIST when the service has uid, gid or open
+// members or already has that namespace, EBUSY while it is enabled, EBADR
+// for inode 0xffffffff; SVC_GET_NETNS gives EINVAL when there is none and
+// otherwise the lowest inode.
+//
+// Commands the simulation does not model (LNI allocation, SVC_UPDATE, VNI
+// ranges, exclusive CP, LPR, resource-use queries, everything outside
+// services) fail with EOPNOTSUPP.
+//
+// # State
+//
+// The state of each simulated NIC lives in a JSON file in a directory the
+// caller names, written atomically (temporary file, fsync, rename, fsync of
+// the directory) and guarded by flock(2) on a lock file beside it. Every
+// command reloads it under the lock, so several Devices, in one process or
+// many, share one NIC, and a restarted agent finds the services it left —
+// as on a real node, where services outlive the processes that made them.
+package sim
