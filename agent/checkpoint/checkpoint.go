@@ -37,12 +37,15 @@ var (
 type State struct {
 	// Node is the node the state belongs to.
 	Node string `json:"node"`
-	// Pods by pod UID.
+	// Pods by "namespace/name": the key the kubelet's PodResources API
+	// gives (it carries no UIDs).
 	Pods map[string]*Pod `json:"pods"`
 }
 
 // Pod is one pod's fabric state.
 type Pod struct {
+	// UID is the pod's UID where it was known; a pod of the same name and
+	// another UID is a different pod.
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
@@ -102,8 +105,11 @@ func (s *State) Clone() *State {
 	return c
 }
 
-// PodUIDs returns the pod UIDs in sorted order.
-func (s *State) PodUIDs() []string { return slices.Sorted(maps.Keys(s.Pods)) }
+// Key returns the pod's key in [State.Pods].
+func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
+
+// PodKeys returns the keys of Pods in sorted order.
+func (s *State) PodKeys() []string { return slices.Sorted(maps.Keys(s.Pods)) }
 
 // envelope is the file format: the state's JSON and its checksum.
 type envelope struct {
@@ -149,9 +155,9 @@ func Unmarshal(b []byte) (*State, error) {
 	if s.Pods == nil {
 		s.Pods = map[string]*Pod{}
 	}
-	for uid, p := range s.Pods {
-		if p == nil || p.UID != uid {
-			return nil, fmt.Errorf("%w: pod entry %q does not match its key", ErrCorrupt, uid)
+	for key, p := range s.Pods {
+		if p == nil || p.Key() != key {
+			return nil, fmt.Errorf("%w: pod entry %q does not match its key", ErrCorrupt, key)
 		}
 	}
 	return s, nil

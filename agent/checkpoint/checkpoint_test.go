@@ -13,13 +13,13 @@ import (
 func sample() *State {
 	s := New("node-1")
 	exited := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	s.Pods["uid-a"] = &Pod{
+	s.Pods["ns/a-0"] = &Pod{
 		UID: "uid-a", Namespace: "ns", Name: "a-0", VNI: 1024, Scope: "job", Netns: 4026532000,
 		Services:  []Service{{NIC: "cxi0", ID: 2, VNIs: []uint16{1024}}, {NIC: "cxi1", ID: 2, VNIs: []uint16{1024}}},
 		DeviceIDs: map[string][]string{"main": {"0000:21:00.0", "0000:41:00.0"}},
 		Created:   time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC),
 	}
-	s.Pods["uid-b"] = &Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1025, Scope: "pod", Exited: &exited,
+	s.Pods["ns/b"] = &Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1025, Scope: "pod", Exited: &exited,
 		DeviceIDs: map[string][]string{}}
 	return s
 }
@@ -37,7 +37,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
 	}
-	if uids := got.PodUIDs(); !reflect.DeepEqual(uids, []string{"uid-a", "uid-b"}) {
+	if uids := got.PodKeys(); !reflect.DeepEqual(uids, []string{"ns/a-0", "ns/b"}) {
 		t.Fatalf("PodUIDs = %v", uids)
 	}
 }
@@ -84,10 +84,10 @@ func TestLoadRejectsDamage(t *testing.T) {
 func TestCloneIsDeep(t *testing.T) {
 	s := sample()
 	c := s.Clone()
-	c.Pods["uid-a"].Services[0].VNIs[0] = 9
-	c.Pods["uid-a"].DeviceIDs["main"][0] = "x"
-	*c.Pods["uid-b"].Exited = time.Time{}
-	if s.Pods["uid-a"].Services[0].VNIs[0] != 1024 || s.Pods["uid-a"].DeviceIDs["main"][0] != "0000:21:00.0" || s.Pods["uid-b"].Exited.IsZero() {
+	c.Pods["ns/a-0"].Services[0].VNIs[0] = 9
+	c.Pods["ns/a-0"].DeviceIDs["main"][0] = "x"
+	*c.Pods["ns/b"].Exited = time.Time{}
+	if s.Pods["ns/a-0"].Services[0].VNIs[0] != 1024 || s.Pods["ns/a-0"].DeviceIDs["main"][0] != "0000:21:00.0" || s.Pods["ns/b"].Exited.IsZero() {
 		t.Fatal("Clone shares memory with the original")
 	}
 }
@@ -117,8 +117,8 @@ func FuzzUnmarshal(f *testing.F) {
 func BenchmarkSave100Pods(b *testing.B) {
 	s := New("n")
 	for i := range 100 {
-		uid := "pod-" + string(rune('a'+i%26)) + strings.Repeat("x", i)
-		s.Pods[uid] = &Pod{UID: uid, Namespace: "ns", Name: uid, VNI: uint16(1024 + i), Scope: "job",
+		name := "pod-" + string(rune('a'+i%26)) + strings.Repeat("x", i)
+		s.Pods["ns/"+name] = &Pod{UID: name, Namespace: "ns", Name: name, VNI: uint16(1024 + i), Scope: "job",
 			Services: []Service{{NIC: "cxi0", ID: uint32(i + 2), VNIs: []uint16{uint16(1024 + i)}}}}
 	}
 	path := filepath.Join(b.TempDir(), "c.json")

@@ -111,8 +111,9 @@ func Fetch(ctx context.Context, base string) (*Report, error) {
 	return &r, nil
 }
 
-// Handler serves the report that get returns, as JSON.
-func Handler(get func() *Report) http.Handler {
+// Handler serves the report that get returns, as JSON. get receives the
+// request's context.
+func Handler(get func(context.Context) *Report) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET only", http.StatusMethodNotAllowed)
@@ -121,7 +122,7 @@ func Handler(get func() *Report) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(get())
+		_ = enc.Encode(get(r.Context()))
 	})
 }
 

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -29,7 +30,7 @@ func sample() *Report {
 
 func TestFetchRoundTrip(t *testing.T) {
 	want := sample()
-	srv := httptest.NewServer(Handler(func() *Report { return want }))
+	srv := httptest.NewServer(Handler(func(context.Context) *Report { return want }))
 	defer srv.Close()
 	got, err := Fetch(t.Context(), srv.URL)
 	if err != nil {
@@ -45,7 +46,7 @@ func TestFetchErrors(t *testing.T) {
 		t.Fatal("Fetch from a closed port succeeded")
 	}
 	mux := http.NewServeMux()
-	mux.Handle(Path, Handler(func() *Report { return sample() }))
+	mux.Handle(Path, Handler(func(context.Context) *Report { return sample() }))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	if _, err := Fetch(t.Context(), srv.URL+"/nope"); err == nil || !strings.Contains(err.Error(), "404") {

@@ -1,0 +1,485 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/netns"
+	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/cxi/health"
+	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
+	"github.com/slingshot-k8s/slingshot/deviceplugin"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
+
+// CheckpointName is the agent's checkpoint file in the state directory.
+const CheckpointName = "checkpoint.json"
+
+// Run runs the agent until ctx ends. It returns an error when it cannot
+// start (bad configuration, unreadable checkpoint, driver unreachable) or
+// when a part it cannot do without fails.
+func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cfg, err := config.Load(opts.Config)
+	if err != nil {
+		return err
+	}
+	managedLo, managedHi, err := ParseVNIRange(opts.ManagedVNIs)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := newMetrics(time.Now)
+	if err := m.register(reg); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+
+	disc, err := sysfs.Discover(os.DirFS(opts.SysfsRoot))
+	if err != nil {
+		return fmt.Errorf("discover NICs under %s: %w", opts.SysfsRoot, err)
+	}
+	for _, p := range disc.Problems {
+		logger.Warn("discovery problem", "err", p)
+	}
+	allocDir := filepath.Join(opts.StateDir, "containers")
+	if err := os.MkdirAll(allocDir, 0o755); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+
+	b := &binder{
+		node:     opts.NodeName,
+		resource: cfg.NICResource.Name,
+		logger:   logger.With("component", "binder"),
+		nics:     map[string]*nic{},
+		devNIC:   map[string]string{},
+		netns:    netns.Proc{Root: opts.ProcRoot},
+		allocDir: allocDir,
+		ckptPath: filepath.Join(opts.StateDir, CheckpointName),
+		metrics:  m,
+		now:      time.Now,
+	}
+	b.setPolicy(policyFrom(cfg))
+
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}()
+	var served []sysfs.NIC
+	for _, n := range disc.NICs {
+		if n.VF {
+			logger.Info("skipping virtual function: services are made on the physical function", "nic", n.Name)
+			continue
+		}
+		dev, closer, err := openDevice(opts.CXIDriver, opts.DevRoot, opts.StateDir, n)
+		if err != nil {
+			logger.Error("NIC unusable", "nic", n.Name, "err", err)
+			continue
+		}
+		closers = append(closers, closer)
+		retry := backoff.Policy{
+			Initial: cfg.Cleanup.BusyInterval.Duration, Max: 5 * time.Second, Factor: 2, Jitter: 0.2,
+			Attempts: cfg.Cleanup.BusyRetries,
+		}
+		client := cxi.NewClient(countingDevice{Device: dev, busy: m.busyRetries.WithLabelValues(n.Name)},
+			cxi.WithDestroyRetry(retry), cxi.WithLogger(logger.With("nic", n.Name)))
+		b.nics[n.Name] = &nic{name: n.Name, index: n.Index, devPath: filepath.Join(opts.DevRoot, n.Name), drv: client}
+		for s := range cfg.NICResource.SharesPerNIC {
+			b.devNIC[nicDeviceID(n, s, cfg.NICResource.SharesPerNIC)] = n.Name
+		}
+		served = append(served, n)
+	}
+	if len(served) == 0 {
+		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
+	}
+
+	if cfg.CDIEnabled() {
+		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name)
+		if err != nil {
+			return err
+		}
+		b.cdi = w
+	}
+
+	leaser, runLeaser, err := newLeaser(ctx, opts, logger, reg, m)
+	if err != nil {
+		return err
+	}
+	b.leaser = leaser
+
+	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
+	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
+	if err != nil {
+		return err
+	}
+	closers = append(closers, conn)
+	watcher := podwatch.New(podwatch.Config{
+		Lister:       lister,
+		Resources:    []string{cfg.NICResource.Name},
+		PluginDir:    pluginDir,
+		PollInterval: cfg.PodResources.PollInterval.Duration,
+		Logger:       logger.With("component", "podwatch"),
+	})
+	b.pods = watcher
+
+	state, err := checkpoint.Load(b.ckptPath, opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
+	}
+	b.state = state
+
+	g, gctx := errgroup.WithContext(ctx)
+	// fail stops what was started before a start-up step failed.
+	fail := func(err error) error {
+		cancel()
+		return errors.Join(err, g.Wait())
+	}
+	if runLeaser != nil {
+		g.Go(func() error { return runLeaser(gctx) })
+	}
+	rep, err := b.Reconcile(gctx, reconcileOptions{cleanManaged: opts.CleanManaged, managedLo: managedLo, managedHi: managedHi})
+	if err != nil {
+		return fail(fmt.Errorf("start-up reconcile: %w", err))
+	}
+	logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
+		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
+	reg.MustRegister(newStateCollector(b))
+
+	inv := newInventory(served, cfg.NICResource.SharesPerNIC)
+	for _, n := range served {
+		m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
+	}
+	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
+	server, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
+		Resource:   res,
+		PluginDir:  pluginDir,
+		Logger:     logger.With("component", "deviceplugin", "resource", res.name),
+		Registerer: reg,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	server.Update(inv.devices())
+
+	mon := health.New(health.Config{
+		Targets:    inv.healthTargets(opts.SysfsRoot),
+		Logger:     logger.With("component", "health"),
+		Registerer: reg,
+	})
+
+	var ready atomic.Bool
+	report := func(ctx context.Context) *inspect.Report { return b.report(ctx, inv, ready.Load(), watcher) }
+	httpSrv, lis, err := serveHTTP(opts.MetricsAddr, reg, &ready, server, report)
+	if err != nil {
+		return fail(err)
+	}
+	if lis != nil {
+		logger.Info("serving metrics, health and inspect", "addr", lis.Addr().String())
+		g.Go(func() error {
+			if err := httpSrv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
+			defer cancel()
+			return httpSrv.Shutdown(sctx)
+		})
+	}
+
+	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error {
+		retry := time.NewTicker(cfg.Cleanup.RetryStuckEvery.Duration)
+		defer retry.Stop()
+		b.RunCleanup(gctx, watcher.Changes(), retry.C)
+		return nil
+	})
+	g.Go(func() error { return mon.Run(gctx) })
+	g.Go(func() error {
+		for ev := range mon.Events() {
+			if inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
+				logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
+				server.Update(inv.devices())
+			}
+			m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
+		}
+		return nil
+	})
+	if opts.Config != "" {
+		w, err := config.NewWatcher(opts.Config, logger.With("component", "config"), reg, func(c config.Config) {
+			b.setPolicy(policyFrom(c))
+			if c.NICResource != cfg.NICResource || c.CDIEnabled() != cfg.CDIEnabled() || c.CDI.SpecDir != cfg.CDI.SpecDir {
+				logger.Warn("resource name, shares and CDI settings take effect at the next agent start")
+			}
+		})
+		if err != nil {
+			return fail(err)
+		}
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	g.Go(func() error { return deviceplugin.RunAll(gctx, server) })
+	ready.Store(true)
+	m.ready.Set(1)
+	logger.Info("agent ready", "node", opts.NodeName, "nics", len(served), "resource", res.name, "driver", opts.CXIDriver)
+
+	err = g.Wait()
+	m.ready.Set(0)
+	if ctx.Err() != nil && err == nil {
+		logger.Info("agent stopped")
+	}
+	return err
+}
+
+// policyFrom turns the configuration into the pod path's policy.
+func policyFrom(c config.Config) policy {
+	var tcs cxi.TrafficClasses
+	for _, name := range c.TrafficClasses {
+		t, err := cxi.ParseTrafficClasses(name)
+		if err == nil {
+			tcs |= t
+		}
+	}
+	p := policy{tcs: tcs, retryStuck: c.Cleanup.RetryStuckEvery.Duration}
+	if len(c.Limits) > 0 {
+		l := cxi.DefaultLimits()
+		for name, v := range c.Limits {
+			lim := cxi.Limit{Max: v.Max, Res: v.Res}
+			switch name {
+			case "ACs":
+				l.ACs = lim
+			case "CTs":
+				l.CTs = lim
+			case "EQs":
+				l.EQs = lim
+			case "LEs":
+				l.LEs = lim
+			case "PTEs":
+				l.PTEs = lim
+			case "TGQs":
+				l.TGQs = lim
+			case "TLEs":
+				l.TLEs = lim
+			case "TXQs":
+				l.TXQs = lim
+			}
+		}
+		p.limits = &l
+	}
+	switch {
+	case c.Membership.FallbackUID != nil:
+		p.fallback = &cxi.Member{Type: cxi.MemberUID, ID: *c.Membership.FallbackUID}
+	case c.Membership.FallbackGID != nil:
+		p.fallback = &cxi.Member{Type: cxi.MemberGID, ID: *c.Membership.FallbackGID}
+	}
+	return p
+}
+
+// serveHTTP sets up the admin endpoint; an empty address serves nothing.
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *deviceplugin.Server, report func(context.Context) *inspect.Report) (*http.Server, net.Listener, error) {
+	if addr == "" {
+		return nil, nil, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := dp.Status()
+		if !ready.Load() || !st.Serving {
+			http.Error(w, "not ready: reconciling or not serving the kubelet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle(inspect.Path, inspect.Handler(report))
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis, nil
+}
+
+// inventory is the NICs the agent serves and their health, as the device
+// plugin advertises them. It is safe for concurrent use.
+type inventory struct {
+	shares int
+	nics   []sysfs.NIC
+
+	mu     sync.Mutex
+	health map[string]nicHealth
+}
+
+type nicHealth struct {
+	healthy bool
+	reason  string
+}
+
+func newInventory(nics []sysfs.NIC, shares int) *inventory {
+	inv := &inventory{shares: shares, nics: nics, health: map[string]nicHealth{}}
+	for _, n := range nics {
+		h := nicHealth{healthy: n.Healthy}
+		if !n.Healthy {
+			h.reason = "discovery: " + errors.Join(n.Problems...).Error()
+			if len(n.Problems) == 0 {
+				h.reason = "link down"
+			}
+		}
+		inv.health[n.Name] = h
+	}
+	return inv
+}
+
+// setHealth records a NIC's health and reports whether it changed.
+func (inv *inventory) setHealth(name string, healthy bool, reason string) bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	old, ok := inv.health[name]
+	if !ok {
+		return false
+	}
+	inv.health[name] = nicHealth{healthy: healthy, reason: reason}
+	return old.healthy != healthy
+}
+
+func (inv *inventory) devices() []deviceplugin.Device {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	var devs []deviceplugin.Device
+	for _, n := range inv.nics {
+		for s := range inv.shares {
+			devs = append(devs, deviceplugin.Device{
+				ID:        nicDeviceID(n, s, inv.shares),
+				Healthy:   inv.health[n.Name].healthy,
+				NUMANodes: numaNodes(n.NUMANode),
+			})
+		}
+	}
+	return devs
+}
+
+func (inv *inventory) topology() map[string][]int64 {
+	topo := map[string][]int64{}
+	for _, d := range inv.devices() {
+		topo[d.ID] = d.NUMANodes
+	}
+	return topo
+}
+
+func (inv *inventory) healthTargets(sysfsRoot string) []health.Target {
+	var ts []health.Target
+	for _, n := range inv.nics {
+		t := health.Target{NIC: n.Name, DeviceDir: filepath.Join(sysfsRoot, n.Path, "device")}
+		if n.NetDev != nil {
+			t.NetDev = n.NetDev.Name
+			t.NetDir = filepath.Join(sysfsRoot, "class", "net", n.NetDev.Name)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+func numaNodes(n int) []int64 {
+	if n < 0 {
+		return nil
+	}
+	return []int64{int64(n)}
+}
+
+// report builds the inspect view.
+func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podwatch.Watcher) *inspect.Report {
+	r := &inspect.Report{Node: b.node, Ready: ready, Generated: time.Now().UTC()}
+	held := map[string]int{}
+	for _, p := range w.Latest().Pods {
+		for _, byRes := range p.Containers {
+			for _, id := range byRes[b.resource] {
+				held[b.devNIC[id]]++
+			}
+		}
+	}
+	inv.mu.Lock()
+	for _, n := range inv.nics {
+		h := inv.health[n.Name]
+		in := inspect.NIC{Name: n.Name, PCIAddress: n.PCIAddress, NUMANode: n.NUMANode, Link: n.Properties.Link,
+			SpeedMbps: n.Properties.SpeedMbps, Healthy: h.healthy, Reason: h.reason, Allocated: held[n.Name], Shares: inv.shares}
+		if n.NetDev != nil {
+			in.NetDev = n.NetDev.Name
+		}
+		r.NICs = append(r.NICs, in)
+	}
+	inv.mu.Unlock()
+
+	podOf := map[string]map[uint32]string{}
+	b.mu.Lock()
+	for _, key := range b.state.PodKeys() {
+		p := b.state.Pods[key]
+		st := "running"
+		if p.Exited != nil {
+			st = "cleaning up"
+		}
+		ip := inspect.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, VNI: p.VNI, Scope: p.Scope, State: st}
+		for _, s := range p.Services {
+			ip.NICs = append(ip.NICs, s.NIC)
+			if podOf[s.NIC] == nil {
+				podOf[s.NIC] = map[uint32]string{}
+			}
+			podOf[s.NIC][s.ID] = key
+		}
+		r.Pods = append(r.Pods, ip)
+	}
+	b.mu.Unlock()
+
+	names := make([]string, 0, len(b.nics))
+	for name := range b.nics {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(x, y string) int { return b.nics[x].index - b.nics[y].index })
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, name := range names {
+		svcs, err := b.nics[name].drv.List(ctx)
+		if err != nil {
+			continue
+		}
+		for _, s := range svcs {
+			r.Services = append(r.Services, inspect.Service{NIC: name, ID: s.ID, Enabled: s.Enabled, System: s.System,
+				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID]})
+		}
+	}
+	return r
+}
+
+func memberStrings(s cxi.Service) []string {
+	if !s.RestrictedMembers {
+		return []string{"all"}
+	}
+	out := make([]string, 0, len(s.Members))
+	for _, m := range s.Members {
+		out = append(out, m.String())
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// isLive reports whether a recorded pod is still among the pods holding
+// devices. A different UID under the same name is another pod.
+func isLive(entry *checkpoint.Pod, snap *podwatch.Snapshot) bool {
+	p := snap.Pods[entry.Namespace+"/"+entry.Name]
+	return p != nil && (entry.UID == "" || p.UID == "" || p.UID == entry.UID)
+}
+
+// RunCleanup cleans up pods as they go, until ctx ends: on every change of
+// the pod watch and every retry interval (for services still busy). It
+// waits for the cleanups it started before returning.
+func (b *binder) RunCleanup(ctx context.Context, changes <-chan struct{}, retry <-chan time.Time) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-retry:
+		}
+		b.sweep(ctx, &wg)
+	}
+}
+
+// sweep starts a cleanup for every recorded pod that is gone, unless one
+// is already running for it.
+func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
+	snap := b.pods.Latest()
+	b.mu.Lock()
+	var gone []string
+	for key, entry := range b.state.Pods {
+		if !isLive(entry, snap) {
+			gone = append(gone, key)
+		}
+	}
+	b.mu.Unlock()
+	for _, key := range gone {
+		if _, running := b.cleaning.LoadOrStore(key, struct{}{}); running {
+			continue
+		}
+		wg.Go(func() {
+			defer b.cleaning.Delete(key)
+			unlock := b.podLocks.Lock(key)
+			defer unlock()
+			// Re-check under the pod lock: a bind may have just recorded a
+			// new pod of the same name.
+			b.mu.Lock()
+			entry := b.state.Pods[key]
+			b.mu.Unlock()
+			if entry == nil || isLive(entry, b.pods.Latest()) {
+				return
+			}
+			b.cleanupLocked(ctx, key)
+		})
+	}
+}
+
+// cleanupLocked destroys a gone pod's services, removes what was published
+// for its containers and releases its VNI. The caller holds the pod's
+// lock. It reports whether the pod's record is gone; a service still busy
+// after its retries keeps the record, to be tried again.
+func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
+	b.mu.Lock()
+	entry := b.state.Pods[key]
+	if entry == nil {
+		b.mu.Unlock()
+		return true
+	}
+	if entry.Exited == nil {
+		t := b.now().UTC()
+		entry.Exited = &t
+	}
+	exited := *entry.Exited
+	services := slices.Clone(entry.Services)
+	var allocKeys []string
+	for _, ids := range entry.DeviceIDs {
+		allocKeys = append(allocKeys, cdispec.AllocationKey(ids))
+	}
+	b.mu.Unlock()
+	if err := b.save(); err != nil {
+		b.logger.Error("save checkpoint", "err", err)
+	}
+
+	for _, s := range services {
+		err := b.destroy(ctx, s)
+		switch {
+		case err == nil:
+		case errors.Is(err, cxi.ErrBusy):
+			b.metrics.stuckServices.Inc()
+			b.logger.Warn("service still in use after retries; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
+			continue
+		default:
+			b.metrics.serviceErrors.WithLabelValues(s.NIC, "destroy").Inc()
+			b.logger.Error("destroy service; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
+			continue
+		}
+		b.mu.Lock()
+		entry.Services = slices.DeleteFunc(entry.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
+		b.mu.Unlock()
+	}
+	for _, k := range allocKeys {
+		if err := os.RemoveAll(filepath.Join(b.allocDir, k)); err != nil {
+			b.logger.Warn("remove per-container directory", "err", err)
+		}
+		if b.cdi != nil {
+			if err := b.cdi.Remove(k); err != nil {
+				b.logger.Warn("remove CDI spec", "err", err)
+			}
+		}
+	}
+
+	b.mu.Lock()
+	left, released := len(entry.Services), entry.Released
+	b.mu.Unlock()
+	if left > 0 {
+		if err := b.save(); err != nil {
+			b.logger.Error("save checkpoint", "err", err)
+		}
+		return false
+	}
+	if !released {
+		ref := PodRef{Namespace: entry.Namespace, Name: entry.Name, UID: entry.UID}
+		if err := b.leaser.Release(ctx, ref, Lease{VNI: entry.VNI, Scope: entry.Scope}); err != nil {
+			b.logger.Warn("release VNI; will retry", "pod", key, "vni", entry.VNI, "err", err)
+			return false
+		}
+		b.mu.Lock()
+		entry.Released = true
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	delete(b.state.Pods, key)
+	b.mu.Unlock()
+	if err := b.save(); err != nil {
+		b.logger.Error("save checkpoint", "err", err)
+	}
+	b.metrics.cleanupLatency.Observe(b.now().Sub(exited).Seconds())
+	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(services))
+	return true
+}
+
+// destroy destroys one recorded service; a service that is already gone
+// counts as destroyed, and so does one on a NIC that disappeared.
+func (b *binder) destroy(ctx context.Context, s checkpoint.Service) error {
+	n := b.nics[s.NIC]
+	if n == nil {
+		b.logger.Warn("service on a NIC that is no longer present; forgetting it", "nic", s.NIC, "id", s.ID)
+		return nil
+	}
+	if err := n.drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+		return fmt.Errorf("destroy service %d on %s: %w", s.ID, s.NIC, err)
+	}
+	return nil
+}

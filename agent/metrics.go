@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the agent's own series; the device-plugin servers, the
+// health monitor and the config watcher register theirs on the same
+// registry.
+type metrics struct {
+	preStart         *prometheus.HistogramVec
+	cleanupLatency   prometheus.Histogram
+	serviceErrors    *prometheus.CounterVec
+	busyRetries      *prometheus.CounterVec
+	stuckServices    prometheus.Counter
+	checkpointErrors prometheus.Counter
+	controllerCalls  *prometheus.HistogramVec
+	ready            prometheus.Gauge
+	nicSpeed         *prometheus.GaugeVec
+	now              func() time.Time
+}
+
+// fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
+var fastBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
+
+func newMetrics(now func() time.Time) *metrics {
+	return &metrics{
+		now: now,
+		preStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_prestart_duration_seconds",
+			Help:    "Time to bind a container at PreStartContainer (find pod, lease VNI, create services, publish), by result.",
+			Buckets: fastBuckets,
+		}, []string{"result"}),
+		cleanupLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_cleanup_duration_seconds",
+			Help:    "Time from noticing a pod gone to its services destroyed and its VNI released.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}),
+		serviceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_service_errors_total",
+			Help: "CXI service operations that failed, by NIC and operation.",
+		}, []string{"nic", "op"}),
+		busyRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_service_busy_total",
+			Help: "SVC_DESTROY calls answered EBUSY (the service still had users), by NIC; each is retried.",
+		}, []string{"nic"}),
+		stuckServices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slingshot_agent_stuck_services_total",
+			Help: "Services still busy after a whole round of destroy retries; they are kept and retried later.",
+		}),
+		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slingshot_agent_checkpoint_errors_total",
+			Help: "Failed writes of the agent's checkpoint.",
+		}),
+		controllerCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_controller_request_duration_seconds",
+			Help:    "Calls to the cluster controller, by operation and result.",
+			Buckets: fastBuckets,
+		}, []string{"op", "result"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slingshot_agent_ready",
+			Help: "1 once the start-up reconcile is done and the device plugins serve.",
+		}),
+		nicSpeed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slingshot_agent_nic_speed_mbps",
+			Help: "Link speed of each NIC in Mb/s, as the driver reports it.",
+		}, []string{"nic"}),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	var errs []error
+	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
+		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed} {
+		errs = append(errs, reg.Register(c))
+	}
+	return errors.Join(errs...)
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+func (m *metrics) observePreStart(start time.Time, err error) {
+	m.preStart.WithLabelValues(result(err)).Observe(m.now().Sub(start).Seconds())
+}
+
+// stateCollector exports gauges computed from the agent's state when
+// scraped: services per NIC, and pods by state.
+type stateCollector struct {
+	b        *binder
+	services *prometheus.Desc
+	pods     *prometheus.Desc
+}
+
+func newStateCollector(b *binder) *stateCollector {
+	return &stateCollector{
+		b:        b,
+		services: prometheus.NewDesc("slingshot_agent_services", "CXI services the agent holds for pods, by NIC.", []string{"nic"}, nil),
+		pods:     prometheus.NewDesc("slingshot_agent_pods", "Pods the agent serves, by state (running, cleanup).", []string{"state"}, nil),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.services
+	ch <- c.pods
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.b.mu.Lock()
+	perNIC := map[string]int{}
+	for name := range c.b.nics {
+		perNIC[name] = 0
+	}
+	running, cleaning := 0, 0
+	for _, p := range c.b.state.Pods {
+		if p.Exited != nil {
+			cleaning++
+		} else {
+			running++
+		}
+		for _, s := range p.Services {
+			perNIC[s.NIC]++
+		}
+	}
+	c.b.mu.Unlock()
+	for nic, n := range perNIC {
+		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, float64(n), nic)
+	}
+	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(running), "running")
+	ch <- prometheus.MustNewConstMetric(c.pods, prometheus.GaugeValue, float64(cleaning), "cleanup")
+}

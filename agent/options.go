@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+)
+
+// EnvPrefix prefixes the environment variable of every flag:
+// --kubelet-dir is also SLINGSHOT_AGENT_KUBELET_DIR.
+const EnvPrefix = "SLINGSHOT_AGENT_"
+
+// CXI driver kinds of --cxi-driver.
+const (
+	DriverUAPI = "uapi" // the real driver: /dev/cxiN under --dev-root
+	DriverSim  = "sim"  // the simulated driver, its state under --state-dir
+)
+
+// Options are the agent's command-line settings. The file named by Config
+// holds the rest (see package config).
+type Options struct {
+	KubeletDir  string
+	SysfsRoot   string
+	DevRoot     string
+	ProcRoot    string
+	StateDir    string
+	Controller  string
+	CXIDriver   string
+	Config      string
+	NodeName    string
+	MetricsAddr string
+	// CleanManaged also destroys, at start, every non-system service whose
+	// VNIs all fall in ManagedVNIs, as `flux-slingshot clean --all` does.
+	CleanManaged bool
+	// ManagedVNIs is the VNI range the cluster hands out, "min-max".
+	ManagedVNIs string
+	LogLevel    string
+	LogFormat   string
+}
+
+// RegisterFlags binds every option to fs with its default.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "the kubelet's `directory`: device-plugins/ and pod-resources/kubelet.sock are used under it")
+	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount `path` where the NICs (and GPUs) are discovered")
+	fs.StringVar(&o.DevRoot, "dev-root", "/dev", "`path` of the device nodes (/dev/cxiN) as the kubelet's host sees them")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
+	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory")
+	fs.StringVar(&o.CXIDriver, "cxi-driver", DriverUAPI, "CXI driver: \"uapi\" for the real driver, \"sim\" for the simulated one")
+	fs.StringVar(&o.Config, "config", "", "YAML configuration `file`; reloaded when it changes (empty: defaults)")
+	fs.StringVar(&o.NodeName, "node-name", "", "this node's `name` (default $NODE_NAME, then the host name)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9479", "`address` of the HTTP endpoint: /metrics, /healthz, /readyz, /inspect")
+	fs.BoolVar(&o.CleanManaged, "clean-managed", false, "at start, also destroy every non-system CXI service whose VNIs all fall in --managed-vnis, whoever made it")
+	fs.StringVar(&o.ManagedVNIs, "managed-vnis", "1024-65535", "VNI `range` min-max the cluster hands out, for --clean-managed")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&o.LogFormat, "log-format", "text", "log `format`: text or json")
+}
+
+// Complete fills what defaults from the environment: the node name from
+// $NODE_NAME, then the host name.
+func (o *Options) Complete(lookup func(string) (string, bool), hostname func() (string, error)) error {
+	if o.NodeName != "" {
+		return nil
+	}
+	if v, ok := lookup("NODE_NAME"); ok && v != "" {
+		o.NodeName = v
+		return nil
+	}
+	h, err := hostname()
+	if err != nil {
+		return fmt.Errorf("node name: no --node-name, no NODE_NAME and no host name: %w", err)
+	}
+	o.NodeName = h
+	return nil
+}
+
+// Validate checks the options and returns every problem at once.
+func (o *Options) Validate() error {
+	var errs []error
+	for _, p := range []struct{ flag, path string }{
+		{"kubelet-dir", o.KubeletDir}, {"sysfs-root", o.SysfsRoot}, {"dev-root", o.DevRoot},
+		{"proc-root", o.ProcRoot}, {"state-dir", o.StateDir},
+	} {
+		if p.path == "" || !filepath.IsAbs(p.path) {
+			errs = append(errs, fmt.Errorf("--%s %q: want an absolute path", p.flag, p.path))
+		}
+	}
+	if o.CXIDriver != DriverUAPI && o.CXIDriver != DriverSim {
+		errs = append(errs, fmt.Errorf("--cxi-driver %q: want %q or %q", o.CXIDriver, DriverUAPI, DriverSim))
+	}
+	if o.Controller != "embedded" {
+		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
+			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
+		}
+	}
+	if o.NodeName == "" || len(o.NodeName) > 253 || strings.ContainsAny(o.NodeName, "/ \t\n") {
+		errs = append(errs, fmt.Errorf("--node-name %q: want a Kubernetes node name", o.NodeName))
+	}
+	if o.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr %q: %w", o.MetricsAddr, err))
+		}
+	}
+	if _, _, err := ParseVNIRange(o.ManagedVNIs); err != nil {
+		errs = append(errs, fmt.Errorf("--managed-vnis: %w", err))
+	}
+	switch o.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.LogLevel))
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", o.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseVNIRange parses "min-max" with 1 <= min <= max <= 65535.
+func ParseVNIRange(s string) (lo, hi uint16, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("VNI range %q: want min-max", s)
+	}
+	var l, h uint64
+	if _, err := fmt.Sscan(a, &l); err != nil || strings.TrimSpace(a) != a {
+		return 0, 0, fmt.Errorf("VNI range %q: bad minimum", s)
+	}
+	if _, err := fmt.Sscan(b, &h); err != nil || strings.TrimSpace(b) != b {
+		return 0, 0, fmt.Errorf("VNI range %q: bad maximum", s)
+	}
+	if l < 1 || h > 65535 || l > h {
+		return 0, 0, fmt.Errorf("VNI range %q: want 1 <= min <= max <= 65535", s)
+	}
+	return uint16(l), uint16(h), nil
+}

@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// reconcileOptions say what a start-up reconcile may destroy beyond the
+// agent's own orphans.
+type reconcileOptions struct {
+	cleanManaged bool
+	managedLo    uint16
+	managedHi    uint16
+}
+
+// reconcileReport counts what a reconcile did.
+type reconcileReport struct {
+	Kept, Adopted, Recreated, Destroyed, CleanedPods, Foreign int
+}
+
+// Reconcile brings the driver and the checkpoint together after a start:
+// services of live pods are kept (and re-created if the driver lost them),
+// gone pods are cleaned up, services the agent recognises as its own from
+// a bind that crashed half-way are adopted or destroyed, and, if asked,
+// every other non-system service in the managed VNI range is destroyed.
+// Where the kubelet cannot be reached, no recorded pod is taken for gone.
+func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcileReport, error) {
+	var rep reconcileReport
+	snap, listErr := b.pods.Refresh(ctx)
+	if listErr != nil {
+		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", listErr)
+	}
+
+	driver := map[string][]cxi.Service{}
+	for name, n := range b.nics {
+		svcs, err := n.drv.List(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("list services on %s: %w", name, err)
+		}
+		driver[name] = svcs
+	}
+
+	b.mu.Lock()
+	keys := b.state.PodKeys()
+	b.mu.Unlock()
+	owned := map[string]map[uint32]bool{}
+	for _, key := range keys {
+		unlock := b.podLocks.Lock(key)
+		b.mu.Lock()
+		entry := b.state.Pods[key]
+		b.mu.Unlock()
+		live := listErr != nil && entry.Exited == nil || listErr == nil && isLive(entry, snap)
+		if !live {
+			if b.cleanupLocked(ctx, key) {
+				rep.CleanedPods++
+			}
+			unlock()
+			continue
+		}
+		kept, recreated := b.keepServices(ctx, key, entry, driver)
+		rep.Kept += kept
+		rep.Recreated += recreated
+		b.mu.Lock()
+		for _, s := range entry.Services {
+			if owned[s.NIC] == nil {
+				owned[s.NIC] = map[uint32]bool{}
+			}
+			owned[s.NIC][s.ID] = true
+		}
+		b.mu.Unlock()
+		unlock()
+	}
+
+	for name, svcs := range driver {
+		for _, svc := range svcs {
+			if owned[name][svc.ID] || svc.IsDefault() || svc.System {
+				continue
+			}
+			switch key, entry := b.recognise(svc); {
+			case entry != nil && (listErr != nil || isLive(entry, snap)):
+				b.mu.Lock()
+				entry.Services = append(entry.Services, checkpoint.Service{NIC: name, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)})
+				b.mu.Unlock()
+				rep.Adopted++
+				b.logger.Info("adopted service from an interrupted bind", "pod", key, "nic", name, "id", svc.ID)
+			case entry != nil || opts.cleanManaged && inRange(svc.VNIs, opts.managedLo, opts.managedHi):
+				if err := b.nics[name].drv.Destroy(ctx, svc.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+					b.logger.Error("destroy orphan service", "nic", name, "id", svc.ID, "err", err)
+					continue
+				}
+				rep.Destroyed++
+				b.logger.Info("destroyed orphan service", "nic", name, "id", svc.ID, "vnis", svc.VNIs)
+			default:
+				rep.Foreign++
+			}
+		}
+	}
+	if err := b.save(); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// keepServices checks a live pod's recorded services against the driver
+// and re-creates those the driver lost (a driver reload), republishing
+// the new IDs.
+func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint.Pod, driver map[string][]cxi.Service) (kept, recreated int) {
+	var lost []*nic
+	b.mu.Lock()
+	for _, s := range entry.Services {
+		if slices.ContainsFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID }) {
+			kept++
+		} else if n := b.nics[s.NIC]; n != nil {
+			lost = append(lost, n)
+		}
+	}
+	b.mu.Unlock()
+	if len(lost) == 0 {
+		return kept, 0
+	}
+	member, ok := b.recordedMember(entry)
+	if !ok {
+		b.logger.Error("services of a live pod are gone and no member is known to re-create them", "pod", key)
+		return kept, 0
+	}
+	b.mu.Lock()
+	entry.Services = slices.DeleteFunc(entry.Services, func(s checkpoint.Service) bool {
+		return slices.ContainsFunc(lost, func(n *nic) bool { return n.name == s.NIC })
+	})
+	b.mu.Unlock()
+	created, err := b.ensureServices(ctx, key, entry, lost, member, entry.Netns)
+	if err != nil {
+		b.logger.Error("re-create lost services", "pod", key, "err", err)
+	}
+	b.mu.Lock()
+	containers := make(map[string][]string, len(entry.DeviceIDs))
+	for c, ids := range entry.DeviceIDs {
+		containers[c] = slices.Clone(ids)
+	}
+	b.mu.Unlock()
+	for _, ids := range containers {
+		if nics, err := b.nicsOf(ids); err == nil {
+			if err := b.publish(ids, entry, nics); err != nil {
+				b.logger.Error("republish", "pod", key, "err", err)
+			}
+		}
+	}
+	return kept, len(created)
+}
+
+// recordedMember is the member a pod's services had: its netns, or the
+// fallback member when none was recorded.
+func (b *binder) recordedMember(entry *checkpoint.Pod) (cxi.Member, bool) {
+	if entry.Netns != 0 {
+		return cxi.Member{Type: cxi.MemberNetNS, ID: entry.Netns}, true
+	}
+	if fb := b.policy().fallback; fb != nil {
+		return *fb, true
+	}
+	return cxi.Member{}, false
+}
+
+// recognise finds the recorded pod a service was made for by a bind that
+// crashed before recording it: same VNI and the pod's netns as member.
+func (b *binder) recognise(svc cxi.Service) (string, *checkpoint.Pod) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for key, entry := range b.state.Pods {
+		if entry.Netns == 0 || !slices.Contains(svc.VNIs, entry.VNI) {
+			continue
+		}
+		if slices.ContainsFunc(svc.Members, func(m cxi.Member) bool { return m.Type == cxi.MemberNetNS && m.ID == entry.Netns }) {
+			return key, entry
+		}
+	}
+	return "", nil
+}
+
+func inRange(vnis []uint16, lo, hi uint16) bool {
+	if len(vnis) == 0 {
+		return false
+	}
+	for _, v := range vnis {
+		if v < lo || v > hi {
+			return false
+		}
+	}
+	return true
+}
