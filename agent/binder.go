@@ -69,9 +69,9 @@ var ErrNoMember = errors.New("no service member for the pod")
 // policy is the part of the configuration the pod path reads; it is
 // swapped whole when the configuration reloads.
 type policy struct {
-	tcs         cxi.TrafficClasses
-	limits      *cxi.Limits
-	fallback    *cxi.Member
+	tcs        cxi.TrafficClasses
+	limits     *cxi.Limits
+	fallback   *cxi.Member
 	retryStuck time.Duration
 }
 
