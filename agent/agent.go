@@ -186,8 +186,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	server.Update(inv.devices())
 
 	mon := health.New(health.Config{
-		Targets:    inv.healthTargets(opts.SysfsRoot),
-		Logger:     logger.With("component", "health"),
+		Targets:      inv.healthTargets(opts.SysfsRoot),
+		Logger:       logger.With("component", "health"),
+		PollInterval: cfg.Health.PollInterval.Duration,
 		Registerer: reg,
 	})
 

@@ -33,6 +33,8 @@ type Config struct {
 	Cleanup Cleanup `json:"cleanup"`
 	// PodResources governs how pod exits are noticed.
 	PodResources PodResources `json:"podResources"`
+	// Health governs the NIC health checks.
+	Health Health `json:"health"`
 	// CDI governs the Container Device Interface specs the agent writes.
 	CDI CDI `json:"cdi"`
 	// GPU holds the machine types and this node pool's mode.
@@ -82,6 +84,14 @@ type Cleanup struct {
 type PodResources struct {
 	// PollInterval is how often the kubelet's PodResources API is listed.
 	// Changes of the kubelet's checkpoint file trigger a list at once.
+	PollInterval Duration `json:"pollInterval"`
+}
+
+// Health configures the NIC health checks.
+type Health struct {
+	// PollInterval is how often the sysfs attributes (link, retry handler,
+	// operstate) are re-read; netlink link events trigger a re-read at
+	// once in between. Default 10s.
 	PollInterval Duration `json:"pollInterval"`
 }
 
@@ -168,6 +178,7 @@ func Default() Config {
 			RetryStuckEvery: Duration{30 * time.Second},
 		},
 		PodResources: PodResources{PollInterval: Duration{2 * time.Second}},
+		Health:       Health{PollInterval: Duration{10 * time.Second}},
 		CDI:          CDI{Enabled: &enabled, SpecDir: "/var/run/cdi"},
 		GPU:          GPU{Domain: "hpe.com"},
 	}
@@ -259,6 +270,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PodResources.PollInterval.Duration < 10*time.Millisecond || c.PodResources.PollInterval.Duration > 10*time.Minute {
 		bad("podResources.pollInterval", "%v is outside [10ms, 10m]", c.PodResources.PollInterval.Duration)
+	}
+	if c.Health.PollInterval.Duration < 10*time.Millisecond || c.Health.PollInterval.Duration > 10*time.Minute {
+		bad("health.pollInterval", "%v is outside [10ms, 10m]", c.Health.PollInterval.Duration)
 	}
 	if c.CDIEnabled() && !strings.HasPrefix(c.CDI.SpecDir, "/") {
 		bad("cdi.specDir", "%q is not an absolute path", c.CDI.SpecDir)
