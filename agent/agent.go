@@ -189,7 +189,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		Targets:      inv.healthTargets(opts.SysfsRoot),
 		Logger:       logger.With("component", "health"),
 		PollInterval: cfg.Health.PollInterval.Duration,
-		Registerer: reg,
+		Registerer:   reg,
 	})
 
 	var ready atomic.Bool
