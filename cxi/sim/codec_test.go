@@ -77,7 +77,7 @@ func FuzzStateFile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		mem := append([]byte(nil), data...)
 		d := &Device{name: "cxi0", mem: &mem}
-		st, _, err := d.load()
+		st, _, err := d.load(false)
 		if err != nil {
 			return
 		}

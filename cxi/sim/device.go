@@ -336,7 +336,8 @@ func (d *Device) update(fn func(*state) (changed bool, errno syscall.Errno)) err
 	})
 }
 
-// view runs fn on the NIC's state under a shared lock. A missing state file
+// view runs fn on the NIC's state under a shared lock; fn must not change
+// the state, which may be this Device's cached copy. A missing state file
 // reads as a freshly loaded driver, which is what the next update would
 // create.
 func (d *Device) view(fn func(*state) syscall.Errno) error {
@@ -354,7 +355,7 @@ func (d *Device) locked(mode int, fn func(st *state, created bool) error) error 
 		return syscall.EBADF
 	}
 	if d.mem != nil {
-		st, created, err := d.load()
+		st, created, err := d.load(mode == unix.LOCK_SH)
 		if err != nil {
 			return err
 		}
@@ -365,7 +366,7 @@ func (d *Device) locked(mode int, fn func(st *state, created bool) error) error 
 		return stateErr("lock state", err)
 	}
 	defer func() { _ = flock(fd, unix.LOCK_UN) }()
-	st, created, err := d.load()
+	st, created, err := d.load(mode == unix.LOCK_SH)
 	if err != nil {
 		return err
 	}
@@ -388,7 +389,8 @@ func stateErr(what string, err error) error {
 }
 
 // load reads the state file; a missing file gives a freshly loaded driver.
-func (d *Device) load() (*state, bool, error) {
+// A readOnly caller may get the cached state itself instead of a copy.
+func (d *Device) load(readOnly bool) (*state, bool, error) {
 	var data []byte
 	var err error
 	if d.mem != nil {
@@ -410,6 +412,9 @@ func (d *Device) load() (*state, bool, error) {
 		return nil, false, stateErr("read state", err)
 	}
 	if d.cache != nil && bytes.Equal(data, d.cacheRaw) {
+		if readOnly {
+			return d.cache, false, nil
+		}
 		return d.cache.clone(), false, nil
 	}
 	var st state
