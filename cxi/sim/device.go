@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +64,12 @@ type Device struct {
 	// mem, when set, holds the encoded state instead of the file (tests
 	// and fuzzing: the same encode/decode, no disk, no flock).
 	mem *[]byte
+
+	// cacheRaw is the state file as this Device last read or wrote it,
+	// and cache its decoding: when the file still holds exactly these
+	// bytes, a copy of cache saves decoding it again.
+	cacheRaw []byte
+	cache    *state
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -329,7 +336,8 @@ func (d *Device) update(fn func(*state) (changed bool, errno syscall.Errno)) err
 	})
 }
 
-// view runs fn on the NIC's state under a shared lock. A missing state file
+// view runs fn on the NIC's state under a shared lock; fn must not change
+// the state, which may be this Device's cached copy. A missing state file
 // reads as a freshly loaded driver, which is what the next update would
 // create.
 func (d *Device) view(fn func(*state) syscall.Errno) error {
@@ -347,7 +355,7 @@ func (d *Device) locked(mode int, fn func(st *state, created bool) error) error 
 		return syscall.EBADF
 	}
 	if d.mem != nil {
-		st, created, err := d.load()
+		st, created, err := d.load(mode == unix.LOCK_SH)
 		if err != nil {
 			return err
 		}
@@ -358,7 +366,7 @@ func (d *Device) locked(mode int, fn func(st *state, created bool) error) error 
 		return stateErr("lock state", err)
 	}
 	defer func() { _ = flock(fd, unix.LOCK_UN) }()
-	st, created, err := d.load()
+	st, created, err := d.load(mode == unix.LOCK_SH)
 	if err != nil {
 		return err
 	}
@@ -381,7 +389,8 @@ func stateErr(what string, err error) error {
 }
 
 // load reads the state file; a missing file gives a freshly loaded driver.
-func (d *Device) load() (*state, bool, error) {
+// A readOnly caller may get the cached state itself instead of a copy.
+func (d *Device) load(readOnly bool) (*state, bool, error) {
 	var data []byte
 	var err error
 	if d.mem != nil {
@@ -402,6 +411,12 @@ func (d *Device) load() (*state, bool, error) {
 	if err != nil {
 		return nil, false, stateErr("read state", err)
 	}
+	if d.cache != nil && bytes.Equal(data, d.cacheRaw) {
+		if readOnly {
+			return d.cache, false, nil
+		}
+		return d.cache.clone(), false, nil
+	}
 	var st state
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, false, stateErr("parse "+d.statePath, err)
@@ -409,23 +424,32 @@ func (d *Device) load() (*state, bool, error) {
 	if st.Version != stateVersion {
 		return nil, false, stateErr("parse "+d.statePath, fmt.Errorf("state version %d, want %d", st.Version, stateVersion))
 	}
+	if err := st.check(); err != nil {
+		return nil, false, stateErr("check "+d.statePath, err)
+	}
+	d.remember(data, &st)
 	return &st, false, nil
+}
+
+// remember caches the decoding of data (a copy, as callers change st).
+func (d *Device) remember(data []byte, st *state) {
+	d.cacheRaw, d.cache = data, st.clone()
 }
 
 // save replaces the state file atomically: temporary file, fsync, rename,
 // fsync of the directory.
 func (d *Device) save(st *state) error {
-	data, err := json.MarshalIndent(st, "", " ")
+	data, err := encodeState(st)
 	if err != nil {
 		return stateErr("encode state", err)
 	}
 	if d.mem != nil {
 		*d.mem = data
-		return nil
-	}
-	if err := writeFileAtomic(d.statePath, data, !d.opts.NoSync); err != nil {
+	} else if err := writeFileAtomic(d.statePath, data, !d.opts.NoSync); err != nil {
+		d.cache, d.cacheRaw = nil, nil
 		return stateErr("write state", err)
 	}
+	d.remember(data, st)
 	return nil
 }
 

@@ -124,42 +124,15 @@ func runProgram(t *testing.T, in []byte) {
 func checkInvariants(t *testing.T, d *Device) {
 	t.Helper()
 	err := d.view(func(st *state) syscall.Errno {
-		if len(st.Services) == 0 || st.Services[0].Desc.SvcID != uapi.DefaultSvcID {
-			t.Fatal("the default service is gone")
+		if err := st.check(); err != nil {
+			t.Fatal(err)
 		}
-		tlePools, lePools := map[int]bool{}, map[int]bool{}
-		for i, s := range st.Services {
-			if i > 0 && s.Desc.SvcID <= st.Services[i-1].Desc.SvcID {
-				t.Fatalf("service IDs not strictly increasing: %d after %d", s.Desc.SvcID, st.Services[i-1].Desc.SvcID)
-			}
-			if s.OwnsTLEPool {
-				if tlePools[s.TLEPool] || s.TLEPool >= numTLEPools {
-					t.Fatalf("TLE pool %d held twice or out of range", s.TLEPool)
-				}
-				tlePools[s.TLEPool] = true
-			}
-			if s.LEPool != 0 {
-				if lePools[s.LEPool] || s.LEPool >= numLEPools {
-					t.Fatalf("LE pool %d held twice or out of range", s.LEPool)
-				}
-				lePools[s.LEPool] = true
-			}
+		for _, s := range st.Services {
 			if s.RMU > 0 && !s.Desc.Enable {
 				t.Fatalf("disabled service %d holds %d RMU entries", s.Desc.SvcID, s.RMU)
 			}
 			if s.Desc.RestrictedVNIs && s.Desc.NumVldVNIs > uapi.MaxVNIs {
 				t.Fatalf("service %d has %d VNIs", s.Desc.SvcID, s.Desc.NumVldVNIs)
-			}
-		}
-		for r := range uapi.NumRsrcTypes {
-			reserved := 0
-			for _, s := range st.Services {
-				if e := s.Rsrc[r]; e != nil {
-					reserved += int(e.Res)
-				}
-			}
-			if reserved > int(st.Max[r]) {
-				t.Fatalf("%s: %d reserved of %d", r, reserved, st.Max[r])
 			}
 		}
 		if st.rmuUsed() > numRMUEntries {
