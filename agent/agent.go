@@ -269,25 +269,13 @@ func policyFrom(c config.Config) policy {
 	p := policy{tcs: tcs, retryStuck: c.Cleanup.RetryStuckEvery.Duration}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
+		field := map[string]*cxi.Limit{
+			"ACs": &l.ACs, "CTs": &l.CTs, "EQs": &l.EQs, "LEs": &l.LEs,
+			"PTEs": &l.PTEs, "TGQs": &l.TGQs, "TLEs": &l.TLEs, "TXQs": &l.TXQs,
+		}
 		for name, v := range c.Limits {
-			lim := cxi.Limit{Max: v.Max, Res: v.Res}
-			switch name {
-			case "ACs":
-				l.ACs = lim
-			case "CTs":
-				l.CTs = lim
-			case "EQs":
-				l.EQs = lim
-			case "LEs":
-				l.LEs = lim
-			case "PTEs":
-				l.PTEs = lim
-			case "TGQs":
-				l.TGQs = lim
-			case "TLEs":
-				l.TLEs = lim
-			case "TXQs":
-				l.TXQs = lim
+			if f := field[name]; f != nil { // config.Validate refuses other names
+				*f = cxi.Limit{Max: v.Max, Res: v.Res}
 			}
 		}
 		p.limits = &l

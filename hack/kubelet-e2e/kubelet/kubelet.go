@@ -58,9 +58,14 @@ type Kubelet struct {
 
 // Start runs the device manager on <dir>/device-plugins/kubelet.sock and
 // the PodResources v1 API on <dir>/pod-resources/kubelet.sock. numaNodes
-// is the machine's NUMA node count as cadvisor would report it.
-func Start(ctx context.Context, dir string, numaNodes int) (*Kubelet, error) {
+// is the machine's NUMA node count as cadvisor would report it. pods are
+// already running, as after a kubelet restart: their allocations come back
+// from the manager's checkpoint.
+func Start(ctx context.Context, dir string, numaNodes int, pods ...*v1.Pod) (*Kubelet, error) {
 	k := &Kubelet{Dir: dir, logger: klog.FromContext(ctx), pods: map[types.UID]*v1.Pod{}}
+	for _, p := range pods {
+		k.pods[p.UID] = p
+	}
 	pluginDir := filepath.Join(dir, "device-plugins")
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
 		return nil, err
