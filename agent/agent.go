@@ -332,11 +332,11 @@ func newInventory(nics []sysfs.NIC, shares int) *inventory {
 	inv := &inventory{shares: shares, nics: nics, health: map[string]nicHealth{}}
 	for _, n := range nics {
 		h := nicHealth{healthy: n.Healthy}
-		if !n.Healthy {
+		switch {
+		case len(n.Problems) > 0:
 			h.reason = "discovery: " + errors.Join(n.Problems...).Error()
-			if len(n.Problems) == 0 {
-				h.reason = "link down"
-			}
+		case !n.Healthy:
+			h.reason = "link down"
 		}
 		inv.health[n.Name] = h
 	}
