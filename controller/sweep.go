@@ -155,4 +155,3 @@ func (s *Service) NodesSeen() map[string]time.Time {
 	}
 	return out
 }
-
