@@ -89,7 +89,7 @@ func (s *Service) acquireJobVNI(ctx context.Context, pod PodRef, node string) (L
 	case ModeClaim:
 		scope = store.ScopeClaim
 		owner = store.Owner{APIVersion: ClaimAPIVersion, Kind: ClaimKind, Namespace: pod.Namespace, Name: res.Policy.Claim}
-	case ModeJob:
+	case ModeJob, "":
 		scope = store.ScopePod
 		if res.Owner != nil {
 			scope, owner = store.ScopeJob, *res.Owner
