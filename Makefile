@@ -43,5 +43,14 @@ fuzz:
 	  done; \
 	done
 
+## generate: regenerate the controller's gRPC code. Needs protoc (Debian
+## protobuf-compiler 3.21.12) and the plugins at the versions noted in
+## controller/api/v1/generate.go:
+##   apt-get install protobuf-compiler
+##   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+##   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+generate:
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./controller/api/...
+
 clean:
 	rm -rf $(BIN)

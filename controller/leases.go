@@ -1,0 +1,368 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/store"
+	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
+)
+
+// VNIClaim's group, version and kind.
+const (
+	ClaimAPIVersion = "slingshot.hpe.com/v1alpha1"
+	ClaimKind       = "VNIClaim"
+)
+
+// LeaseKey returns the key of a lease: "job/NS/UID", "pod/NS/UID" (or
+// "pod/NS/NAME" when the UID is unknown) or "claim/NS/NAME".
+func LeaseKey(scope store.Scope, o store.Owner) string {
+	id := o.UID
+	if scope == store.ScopeClaim || id == "" {
+		id = o.Name
+	}
+	return string(scope) + "/" + o.Namespace + "/" + id
+}
+
+func validatePod(p PodRef) error {
+	switch {
+	case !validSubdomain(p.Namespace) || len(p.Namespace) > 63:
+		return &FieldError{Field: "pod.namespace", Reason: fmt.Sprintf("%q is not a namespace name", p.Namespace)}
+	case !validSubdomain(p.Name):
+		return &FieldError{Field: "pod.name", Reason: fmt.Sprintf("%q is not a pod name", p.Name)}
+	case len(p.UID) > 128:
+		return &FieldError{Field: "pod.uid", Reason: "longer than 128 bytes"}
+	}
+	return nil
+}
+
+func validateNode(node string, required bool) error {
+	if node == "" && !required {
+		return nil
+	}
+	if !validSubdomain(node) {
+		return &FieldError{Field: "node", Reason: fmt.Sprintf("%q is not a node name", node)}
+	}
+	return nil
+}
+
+func (l *lease) info() Lease {
+	return Lease{Key: l.rec.Key, VNI: l.rec.VNI, Scope: l.rec.Scope, Owner: l.rec.Owner,
+		Nodes: slices.Clone(l.rec.Nodes), OwnerGone: l.rec.OwnerGone, Created: l.rec.Created}
+}
+
+// AcquireJobVNI returns the VNI of the pod's job for a pod running on
+// node, leasing one if the job has none, and records that node holds it.
+// It is idempotent. Errors wrap ErrUnavailable, ErrInvalidArgument,
+// ErrNotFound (no such pod or claim), ErrOwnerGone or ErrExhausted.
+func (s *Service) AcquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+	start := time.Now()
+	l, err := s.acquireJobVNI(ctx, pod, node)
+	s.m.observeAcquire("vni", time.Since(start), err)
+	return l, err
+}
+
+func (s *Service) acquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+	if err := validatePod(pod); err != nil {
+		return Lease{}, err
+	}
+	if err := validateNode(node, true); err != nil {
+		return Lease{}, err
+	}
+	if !s.Ready() {
+		return Lease{}, fmt.Errorf("%w: state is loading", ErrUnavailable)
+	}
+	res := Resolution{Pod: store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Policy: Policy{Mode: ModePod}}
+	if s.res != nil {
+		var err error
+		if res, err = s.res.ResolvePod(ctx, pod); err != nil {
+			return Lease{}, fmt.Errorf("resolve pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	scope, owner := ScopeNone, res.Pod
+	switch res.Policy.Mode {
+	case ModeNone:
+		return Lease{Scope: ScopeNone}, nil
+	case ModeClaim:
+		scope = store.ScopeClaim
+		owner = store.Owner{APIVersion: ClaimAPIVersion, Kind: ClaimKind, Namespace: pod.Namespace, Name: res.Policy.Claim}
+	case ModeJob, "":
+		scope = store.ScopePod
+		if res.Owner != nil {
+			scope, owner = store.ScopeJob, *res.Owner
+		}
+	default:
+		scope = store.ScopePod
+	}
+	if scope == store.ScopePod && !s.cfg.PodVNIRange.Empty() {
+		return Lease{Key: LeaseKey(scope, owner), Scope: scope, Owner: owner, FromNodeSlice: true}, nil
+	}
+	return s.acquire(ctx, scope, owner, node)
+}
+
+// AcquireOwnerVNI leases (or returns) the VNI of an owner object without
+// recording a node, as the Metacontroller sync hook does. policy is the
+// owner's AnnotationVNI; ModeNone and ModePod lease nothing and return a
+// Lease of ScopeNone. An owner of kind VNIClaim leases the claim's VNI.
+func (s *Service) AcquireOwnerVNI(ctx context.Context, owner store.Owner, policy Policy) (Lease, error) {
+	start := time.Now()
+	scope := store.ScopeJob
+	switch {
+	case owner.APIVersion == ClaimAPIVersion && owner.Kind == ClaimKind:
+		scope = store.ScopeClaim
+	case policy.Mode == ModeNone || policy.Mode == ModePod:
+		return Lease{Scope: ScopeNone}, nil
+	case policy.Mode == ModeClaim:
+		scope = store.ScopeClaim
+		owner = store.Owner{APIVersion: ClaimAPIVersion, Kind: ClaimKind, Namespace: owner.Namespace, Name: policy.Claim}
+	}
+	l, err := s.acquire(ctx, scope, owner, "")
+	s.m.observeAcquire("owner", time.Since(start), err)
+	return l, err
+}
+
+func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
+	key := LeaseKey(scope, owner)
+	if scope == store.ScopeClaim && s.needClaimCheck(key) {
+		if s.res == nil {
+			return Lease{}, &FieldError{Field: "annotation " + AnnotationVNI, Reason: "claims need the Kubernetes API; the controller runs without one"}
+		}
+		ok, err := s.res.OwnerExists(ctx, owner)
+		if err != nil {
+			return Lease{}, fmt.Errorf("%w: look up claim %s/%s: %w", ErrUnavailable, owner.Namespace, owner.Name, err)
+		}
+		if !ok {
+			return Lease{}, fmt.Errorf("%w: VNIClaim %s/%s does not exist", ErrNotFound, owner.Namespace, owner.Name)
+		}
+	}
+	s.mu.Lock()
+	if err := s.gate(); err != nil {
+		s.mu.Unlock()
+		return Lease{}, err
+	}
+	now := s.now()
+	l := s.leases[key]
+	var b *batch
+	switch {
+	case l == nil:
+		ops := s.expireLocked(now)
+		vni, err := s.alloc.Allocate()
+		if err != nil {
+			s.enqueue(ops...)
+			s.mu.Unlock()
+			return Lease{}, &ExhaustedError{Resource: "vni", Range: s.cfg.VNIRange.String(), Capacity: s.alloc.Capacity(), Err: err}
+		}
+		l = &lease{rec: store.Lease{Key: key, VNI: vni, Scope: scope, Owner: owner, Created: now, Version: 1}}
+		if node != "" {
+			l.rec.Nodes = []string{node}
+		}
+		s.leases[key] = l
+		rec := l.rec
+		b = s.enqueue(append(ops, store.Put(&rec, 0))...)
+		l.pending = b
+	case l.rec.OwnerGone:
+		s.mu.Unlock()
+		return Lease{}, fmt.Errorf("%w: %s %s/%s is being deleted; its vni %d is draining", ErrOwnerGone, l.rec.Owner.Kind, l.rec.Owner.Namespace, l.rec.Owner.Name, l.rec.VNI)
+	case node != "" && !slices.Contains(l.rec.Nodes, node):
+		l.rec.Nodes = append(l.rec.Nodes, node)
+		slices.Sort(l.rec.Nodes)
+		b = s.putLocked(l)
+	default:
+		b = l.pending
+	}
+	info := l.info()
+	s.mu.Unlock()
+	if err := s.wait(ctx, b); err != nil {
+		return Lease{}, err
+	}
+	return info, nil
+}
+
+func (s *Service) needClaimCheck(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leases[key] == nil
+}
+
+// putLocked persists l's changed record.
+func (s *Service) putLocked(l *lease) *batch {
+	prev := l.rec.Version
+	l.rec.Version++
+	l.rec.Nodes = slices.Clone(l.rec.Nodes)
+	rec := l.rec
+	b := s.enqueue(store.Put(&rec, prev))
+	l.pending = b
+	return b
+}
+
+// freeLocked deletes l and puts its VNI into quarantine.
+func (s *Service) freeLocked(l *lease, now time.Time) *batch {
+	delete(s.leases, l.rec.Key)
+	s.alloc.Release(l.rec.VNI, now)
+	rec := l.rec
+	ops := []store.Op{store.Delete(&rec, rec.Version)}
+	if s.alloc.Quarantined(l.rec.VNI) {
+		q := store.Quarantine{VNI: l.rec.VNI, Released: now, Version: 1}
+		s.quarantine[q.VNI] = q
+		ops = append(ops, store.Put(&q, 0))
+	} else {
+		// No quarantine configured: the VNI is free at once.
+		s.alloc.Expire(now)
+	}
+	s.m.freed.Inc()
+	return s.enqueue(ops...)
+}
+
+// expireLocked frees VNIs whose quarantine has ended and returns the ops
+// that delete their records.
+func (s *Service) expireLocked(now time.Time) []store.Op {
+	var ops []store.Op
+	for _, v := range s.alloc.Expire(now) {
+		if q, ok := s.quarantine[v]; ok {
+			ops = append(ops, store.Delete(&q, q.Version))
+			delete(s.quarantine, v)
+		}
+	}
+	return ops
+}
+
+// ReleaseJobVNI records that node no longer holds the lease key (a key
+// from AcquireJobVNI). A pod-scoped lease is freed with its last node; a
+// job or claim lease once its owner is gone too. Releasing what is not
+// held succeeds. It returns the lease as it is now (VNI 0 once freed).
+// Errors wrap ErrUnavailable or ErrInvalidArgument.
+func (s *Service) ReleaseJobVNI(ctx context.Context, key, node string) (Lease, error) {
+	if key == "" || len(key) > 512 {
+		return Lease{}, &FieldError{Field: "key", Reason: "empty or longer than 512 bytes"}
+	}
+	if err := validateNode(node, true); err != nil {
+		return Lease{}, err
+	}
+	s.mu.Lock()
+	if err := s.gate(); err != nil {
+		s.mu.Unlock()
+		return Lease{}, err
+	}
+	l := s.leases[key]
+	if l == nil {
+		s.mu.Unlock()
+		return Lease{Key: key}, nil
+	}
+	var b *batch
+	i := slices.Index(l.rec.Nodes, node)
+	if i >= 0 {
+		l.rec.Nodes = slices.Delete(slices.Clone(l.rec.Nodes), i, i+1)
+		if l.rec.Scope == store.ScopePod && len(l.rec.Nodes) == 0 {
+			// A pod runs on one node: its release is the pod's end.
+			l.rec.OwnerGone = true
+		}
+		b = s.putLocked(l)
+	} else {
+		b = l.pending
+	}
+	info := l.info()
+	if l.rec.OwnerGone && len(l.rec.Nodes) == 0 {
+		b = s.freeLocked(l, s.now())
+		info.VNI = 0
+	}
+	s.mu.Unlock()
+	return info, s.wait(ctx, b)
+}
+
+// FinalizeOwner is the Metacontroller finalize step for an owner object
+// (or a VNIClaim). When deleting, it marks the lease's owner gone and
+// frees the VNI if no node holds it; done reports whether the VNI is
+// released. An object that merely stopped matching (not deleting) keeps
+// its VNI for its pods and reports done. Errors wrap ErrUnavailable.
+func (s *Service) FinalizeOwner(ctx context.Context, owner store.Owner, deleting bool) (l Lease, done bool, err error) {
+	scope := store.ScopeJob
+	if owner.APIVersion == ClaimAPIVersion && owner.Kind == ClaimKind {
+		scope = store.ScopeClaim
+	}
+	key := LeaseKey(scope, owner)
+	s.mu.Lock()
+	if err := s.gate(); err != nil {
+		s.mu.Unlock()
+		return Lease{}, false, err
+	}
+	cur := s.leases[key]
+	if cur == nil || !deleting {
+		var b *batch
+		if cur != nil {
+			l, b = cur.info(), cur.pending
+		}
+		s.mu.Unlock()
+		return l, true, s.wait(ctx, b)
+	}
+	var b *batch
+	if !cur.rec.OwnerGone {
+		cur.rec.OwnerGone = true
+		b = s.putLocked(cur)
+	}
+	l = cur.info()
+	if len(cur.rec.Nodes) == 0 {
+		b = s.freeLocked(cur, s.now())
+		done = true
+	}
+	s.mu.Unlock()
+	return l, done, s.wait(ctx, b)
+}
+
+// Quarantined is a freed VNI waiting for reuse.
+type Quarantined struct {
+	VNI      uint16
+	Released time.Time
+}
+
+// ListLeases returns every lease ordered by key and the quarantined VNIs.
+// It returns an error wrapping ErrUnavailable before the state is loaded.
+func (s *Service) ListLeases() ([]Lease, []Quarantined, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.gate(); err != nil {
+		return nil, nil, err
+	}
+	out := make([]Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		out = append(out, l.info())
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmpString(a.Key, b.Key) })
+	q := make([]Quarantined, 0, len(s.quarantine))
+	for v, rec := range s.quarantine {
+		q = append(q, Quarantined{VNI: v, Released: rec.Released})
+	}
+	slices.SortFunc(q, func(a, b Quarantined) int { return int(a.VNI) - int(b.VNI) })
+	return out, q, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// RangeInfo describes the job VNI range for inspection.
+type RangeInfo struct {
+	Range, PodRange vnialloc.Range
+	Capacity        int
+	Leased          int
+	Quarantined     int
+}
+
+// VNIRange returns the range's fill; errors wrap ErrUnavailable.
+func (s *Service) VNIRange() (RangeInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.gate(); err != nil {
+		return RangeInfo{}, err
+	}
+	return RangeInfo{Range: s.cfg.VNIRange, PodRange: s.cfg.PodVNIRange, Capacity: s.alloc.Capacity(),
+		Leased: s.alloc.Leased(), Quarantined: s.alloc.InQuarantine()}, nil
+}

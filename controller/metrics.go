@@ -1,0 +1,136 @@
+package controller
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	acquires    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	commitTime  prometheus.Histogram
+	commitBatch prometheus.Histogram
+	commitFails prometheus.Counter
+	freed       prometheus.Counter
+	stranded    prometheus.Gauge
+}
+
+// Result is the label value for an outcome, as the metrics and the gRPC
+// layer name it.
+func Result(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrExhausted):
+		return "exhausted"
+	case errors.Is(err, ErrInvalidArgument):
+		return "invalid"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrOwnerGone):
+		return "owner_gone"
+	default:
+		return "error"
+	}
+}
+
+func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_controller_acquires_total",
+			Help: "Acquire calls by kind (vni, owner, slice) and result.",
+		}, []string{"kind", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slingshot_controller_acquire_duration_seconds",
+			Help:    "Acquire latency inside the controller, durable commit included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"kind"}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slingshot_controller_commit_duration_seconds",
+			Help:    "Time to commit one batch to the store.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slingshot_controller_commit_batch_ops",
+			Help:    "Store ops per committed batch (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		commitFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slingshot_controller_commit_failures_total",
+			Help: "Failed store commits; each closes the gate and reloads.",
+		}),
+		freed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slingshot_controller_vnis_freed_total",
+			Help: "VNI leases freed into quarantine.",
+		}),
+		stranded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slingshot_controller_slices_stranded",
+			Help: "Slices of gone nodes kept because the node last reported ids in use.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	gauge := func(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
+	}
+	locked := func(f func() float64) func() float64 {
+		return func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.ready {
+				return 0
+			}
+			return f()
+		}
+	}
+	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.stranded,
+		gauge("slingshot_controller_ready", "1 once the state is loaded and requests are answered.", nil,
+			func() float64 {
+				if s.Ready() {
+					return 1
+				}
+				return 0
+			}),
+		gauge("slingshot_controller_leases", "VNI leases by state.", prometheus.Labels{"state": "leased"},
+			locked(func() float64 { return float64(s.alloc.Leased()) })),
+		gauge("slingshot_controller_leases", "VNI leases by state.", prometheus.Labels{"state": "quarantined"},
+			locked(func() float64 { return float64(s.alloc.InQuarantine()) })),
+		gauge("slingshot_controller_range_fill_ratio", "Fraction of a range leased or in quarantine.", prometheus.Labels{"range": "vni"},
+			locked(func() float64 {
+				return float64(s.alloc.Leased()+s.alloc.InQuarantine()) / float64(max(1, s.alloc.Capacity()))
+			})),
+	}
+	for _, p := range s.cfg.pools() {
+		name := p.Name
+		cs = append(cs,
+			gauge("slingshot_controller_range_fill_ratio", "Fraction of a range leased or in quarantine.", prometheus.Labels{"range": name},
+				locked(func() float64 { return float64(s.pools[name].Leased()) / float64(max(1, p.Count())) })),
+			gauge("slingshot_controller_slices_leased", "Node slices leased per pool.", prometheus.Labels{"pool": name},
+				locked(func() float64 { return float64(s.pools[name].Leased()) })))
+	}
+	for _, c := range cs {
+		reg.MustRegister(c)
+	}
+	return m
+}
+
+func (m *metrics) observeAcquire(kind string, d time.Duration, err error) {
+	m.acquires.WithLabelValues(kind, Result(err)).Inc()
+	if err == nil {
+		m.latency.WithLabelValues(kind).Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) observeCommit(ops int, d time.Duration, err error) {
+	if err != nil {
+		m.commitFails.Inc()
+		return
+	}
+	m.commitTime.Observe(d.Seconds())
+	m.commitBatch.Observe(float64(ops))
+}

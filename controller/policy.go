@@ -1,0 +1,53 @@
+package controller
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// AnnotationVNI chooses a pod's VNI scope; see the package documentation.
+const AnnotationVNI = "slingshot.hpe.com/vni"
+
+// Mode is the VNI scope a pod or owner asks for.
+type Mode string
+
+// Modes of AnnotationVNI.
+const (
+	ModeJob   Mode = "job"
+	ModeNone  Mode = "none"
+	ModePod   Mode = "pod"
+	ModeClaim Mode = "claim"
+)
+
+// Policy is a parsed AnnotationVNI value.
+type Policy struct {
+	Mode Mode
+	// Claim is the VNIClaim's name for ModeClaim.
+	Claim string
+}
+
+var dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func validSubdomain(s string) bool { return len(s) <= 253 && dnsSubdomain.MatchString(s) }
+
+// ParsePolicy parses an AnnotationVNI value: "" or "job" (also "true"),
+// "none" (also "false"), "pod", or "claim:NAME". It returns a *FieldError
+// for anything else.
+func ParsePolicy(v string) (Policy, error) {
+	switch s := strings.TrimSpace(v); s {
+	case "", "job", "true":
+		return Policy{Mode: ModeJob}, nil
+	case "none", "false":
+		return Policy{Mode: ModeNone}, nil
+	case "pod":
+		return Policy{Mode: ModePod}, nil
+	default:
+		name, ok := strings.CutPrefix(s, "claim:")
+		if !ok || !validSubdomain(name) {
+			return Policy{}, &FieldError{Field: "annotation " + AnnotationVNI,
+				Reason: fmt.Sprintf("%q: want none, job, pod or claim:NAME", v)}
+		}
+		return Policy{Mode: ModeClaim, Claim: name}, nil
+	}
+}

@@ -1,0 +1,279 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controller/store"
+	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
+
+// PodRef identifies a pod; UID may be empty where the caller does not know it.
+type PodRef struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+// Resolution is what a Resolver finds for a pod.
+type Resolution struct {
+	// Pod is the pod itself, its UID filled in.
+	Pod store.Owner
+	// Owner is the topmost controlling owner of a listed kind, nil if none.
+	Owner *store.Owner
+	// Policy is the AnnotationVNI of the pod, else of its owners.
+	Policy Policy
+}
+
+// Resolver finds a pod's owner and whether owners still exist. Package
+// owner implements it over the Kubernetes API.
+type Resolver interface {
+	// ResolvePod returns an error wrapping ErrNotFound when the pod does
+	// not exist.
+	ResolvePod(ctx context.Context, pod PodRef) (Resolution, error)
+	// OwnerExists reports whether the object exists (with o.UID when set).
+	OwnerExists(ctx context.Context, o store.Owner) (bool, error)
+}
+
+// NodeDirectory tells since when a Node object has been seen deleted.
+type NodeDirectory interface {
+	NodeGone(name string) (since time.Time, gone bool)
+}
+
+// ScopeNone is the scope of a pod that opted out of a VNI.
+const ScopeNone store.Scope = "none"
+
+// Lease is a VNI lease as the API reports it.
+type Lease struct {
+	Key       string
+	VNI       uint16
+	Scope     store.Scope
+	Owner     store.Owner
+	Nodes     []string
+	OwnerGone bool
+	Created   time.Time
+	// FromNodeSlice says the pod-scoped VNI is to be taken from the node's
+	// slice of the pod VNI pool; VNI is 0 then.
+	FromNodeSlice bool
+}
+
+// Service is the controller core.
+type Service struct {
+	cfg   Config
+	st    store.Store
+	res   Resolver
+	nodes NodeDirectory
+	log   *slog.Logger
+	m     *metrics
+	kick  chan struct{}
+	// loaded is closed once the first load completes.
+	loaded     chan struct{}
+	loadedOnce sync.Once
+
+	mu         sync.Mutex
+	ready      bool
+	alloc      *vnialloc.Allocator
+	leases     map[string]*lease
+	quarantine map[uint16]store.Quarantine
+	pools      map[string]*slices.Table
+	poolOrder  []string
+	meta       map[string]store.Meta
+	cursorSeen uint16
+	cur        *batch
+	lastSeen   map[string]time.Time
+}
+
+type lease struct {
+	rec     store.Lease
+	pending *batch
+}
+
+// New returns a Service over st. res may be nil (embedded mode: every pod
+// is pod-scoped, claims are refused) and so may nodes. It returns the
+// configuration's validation errors.
+func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{})}
+	s.m = newMetrics(s, cfg.Registerer)
+	return s, nil
+}
+
+// Run loads the state, opens the gate, then commits batches and sweeps
+// until ctx ends (it returns nil then). A failed commit closes the gate
+// and reloads. It returns an error when the state cannot be loaded,
+// wrapping ErrConfigConflict when the configuration contradicts it.
+func (s *Service) Run(ctx context.Context) error {
+	load := backoff.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2, Attempts: 8}
+	for {
+		err := load.Do(ctx, func(ctx context.Context) error {
+			err := s.load(ctx)
+			if errors.Is(err, ErrConfigConflict) {
+				return backoff.Permanent(err)
+			}
+			return err
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("load state: %w", err)
+		}
+		err = s.serve(ctx)
+		if ctx.Err() != nil {
+			s.closeGate(fmt.Errorf("%w: shutting down", ErrUnavailable))
+			return nil
+		}
+		s.log.Error("commit failed; reloading state", "err", err)
+	}
+}
+
+// Ready reports whether the gate is open.
+func (s *Service) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// Loaded returns a channel closed once the state has first been loaded.
+func (s *Service) Loaded() <-chan struct{} { return s.loaded }
+
+func (s *Service) load(ctx context.Context) error {
+	start := s.cfg.Now()
+	state, err := s.st.Load(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.cfg.Now()
+	alloc, err := vnialloc.New(s.cfg.VNIRange, s.cfg.Quarantine, s.cfg.PodVNIRange)
+	if err != nil {
+		return err
+	}
+	meta := map[string]store.Meta{}
+	for _, m := range state.Meta {
+		meta[m.Key] = m
+	}
+	var ops []store.Op
+	setMeta := func(key, value string) {
+		m := meta[key]
+		if m.Value == value && m.Version != 0 {
+			return
+		}
+		next := store.Meta{Key: key, Value: value, Version: m.Version + 1}
+		ops = append(ops, store.Put(&next, m.Version))
+		meta[key] = next
+	}
+	leases := make(map[string]*lease, len(state.Leases))
+	var conflicts []error
+	for _, l := range state.Leases {
+		if err := alloc.Take(l.VNI); err != nil {
+			conflicts = append(conflicts, fmt.Errorf("%w: lease %s of %s %s/%s holds vni %d: %w; the vni range cannot shrink over a live lease (widen --vni-range or --pod-vni-range, or wait for the job to end)",
+				ErrConfigConflict, l.Key, l.Owner.Kind, l.Owner.Namespace, l.Owner.Name, l.VNI, err))
+			continue
+		}
+		leases[l.Key] = &lease{rec: l}
+	}
+	quarantine := map[uint16]store.Quarantine{}
+	sort.SliceStable(state.Quarantine, func(i, j int) bool { return state.Quarantine[i].Released.Before(state.Quarantine[j].Released) })
+	for _, q := range state.Quarantine {
+		if !alloc.Quarantined(q.VNI) && alloc.Restore(q.VNI, q.Released) == nil && alloc.Quarantined(q.VNI) {
+			quarantine[q.VNI] = q
+			continue
+		}
+		// Outside the range now, or stale: not a live lease, drop it.
+		rec := q
+		ops = append(ops, store.Delete(&rec, q.Version))
+	}
+	for _, v := range alloc.Expire(now) {
+		rec := quarantine[v]
+		ops = append(ops, store.Delete(&rec, rec.Version))
+		delete(quarantine, v)
+	}
+	if c, err := strconv.ParseUint(meta["vni-cursor"].Value, 10, 16); err == nil {
+		alloc.SetCursor(uint16(c))
+	}
+	setMeta("vni-range", s.cfg.VNIRange.String())
+
+	pools := map[string]*slices.Table{}
+	var order []string
+	for _, spec := range s.cfg.pools() {
+		t, err := slices.NewTable(spec)
+		if err != nil {
+			return err
+		}
+		pools[spec.Name] = t
+		order = append(order, spec.Name)
+	}
+	leasedIn := map[string]int{}
+	for _, sl := range state.Slices {
+		leasedIn[sl.Pool]++
+	}
+	for name, n := range leasedIn {
+		t := pools[name]
+		stored := meta["pool/"+name].Value
+		switch {
+		case t == nil:
+			conflicts = append(conflicts, fmt.Errorf("%w: pool %s (%s) was removed while %d of its slices are leased", ErrConfigConflict, name, stored, n))
+		case stored != "" && stored != t.Spec().String():
+			conflicts = append(conflicts, fmt.Errorf("%w: pool %s changed from %s to %s while %d of its slices are leased; a range in use cannot change",
+				ErrConfigConflict, name, stored, t.Spec().String(), n))
+		}
+	}
+	if len(conflicts) > 0 {
+		return errors.Join(conflicts...)
+	}
+	for _, sl := range state.Slices {
+		if err := pools[sl.Pool].Load(sl, now, s.cfg.SliceTTL); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfigConflict, err)
+		}
+	}
+	for _, name := range order {
+		setMeta("pool/"+name, pools[name].Spec().String())
+	}
+	if err := s.st.Commit(ctx, ops); err != nil {
+		return fmt.Errorf("commit startup changes: %w", err)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.alloc, s.leases, s.quarantine, s.pools, s.poolOrder, s.meta = alloc, leases, quarantine, pools, order, meta
+	s.cursorSeen = alloc.Cursor()
+	s.cur = newBatch()
+	s.lastSeen = map[string]time.Time{}
+	s.ready = true
+	s.loadedOnce.Do(func() { close(s.loaded) })
+	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
+		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))
+	return nil
+}
+
+// closeGate fails every pending batch with err and closes the gate.
+func (s *Service) closeGate(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ready = false
+	if s.cur != nil {
+		s.cur.finish(err)
+		s.cur = nil
+	}
+}
+
+// gate returns ErrUnavailable unless the state is loaded; call with s.mu held.
+func (s *Service) gate() error {
+	if !s.ready {
+		return fmt.Errorf("%w: state is loading", ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now() }

@@ -1,0 +1,224 @@
+package slices
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/internal/idset"
+	"github.com/slingshot-k8s/slingshot/controller/store"
+)
+
+var (
+	// ErrPoolFull is wrapped when every slice of a pool is leased.
+	ErrPoolFull = errors.New("pool full")
+	// ErrNotHeld is wrapped when a node names a slice it does not lease.
+	ErrNotHeld = errors.New("slice not leased to this node")
+	// ErrInUse is wrapped when a slice still has ids allocated.
+	ErrInUse = errors.New("slice in use")
+)
+
+// MaxPerNode bounds the slices of one pool that one node may lease.
+const MaxPerNode = 64
+
+// Table is the lease state of one pool.
+type Table struct {
+	spec   PoolSpec
+	taken  *idset.Set
+	cursor int
+	leases map[int]*entry
+	byNode map[string]map[int]struct{}
+}
+
+type entry struct {
+	rec store.Slice
+	// stored is the Expires value last persisted; renewals are persisted
+	// only when they move it by a good part of the TTL.
+	stored time.Time
+}
+
+// NewTable returns an empty table of a valid spec.
+func NewTable(spec PoolSpec) (*Table, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return &Table{spec: spec, taken: idset.New(spec.Count()), cursor: -1,
+		leases: map[int]*entry{}, byNode: map[string]map[int]struct{}{}}, nil
+}
+
+// Spec returns the pool's spec.
+func (t *Table) Spec() PoolSpec { return t.spec }
+
+// Leased returns the number of leased slices.
+func (t *Table) Leased() int { return len(t.leases) }
+
+// Load adds a stored lease. Leases loaded after a restart count as renewed
+// at now: nodes could not renew while the controller was down. It returns
+// an error when the slice lies outside the pool, as after a range change.
+func (t *Table) Load(rec store.Slice, now time.Time, ttl time.Duration) error {
+	if rec.Index < 0 || rec.Index >= t.spec.Count() {
+		return fmt.Errorf("pool %s: slice %d leased to %s lies outside the pool's %d slices", t.spec.Name, rec.Index, rec.Node, t.spec.Count())
+	}
+	if !t.taken.Add(rec.Index) {
+		return fmt.Errorf("pool %s: slice %d loaded twice", t.spec.Name, rec.Index)
+	}
+	e := &entry{rec: rec, stored: rec.Expires}
+	if until := now.Add(ttl); e.rec.Expires.Before(until) {
+		e.rec.Expires = until
+	}
+	t.leases[rec.Index] = e
+	t.nodeSet(rec.Node)[rec.Index] = struct{}{}
+	return nil
+}
+
+func (t *Table) nodeSet(node string) map[int]struct{} {
+	m := t.byNode[node]
+	if m == nil {
+		m = map[int]struct{}{}
+		t.byNode[node] = m
+	}
+	return m
+}
+
+// Held returns the node's slices in index order.
+func (t *Table) Held(node string) []store.Slice {
+	out := make([]store.Slice, 0, len(t.byNode[node]))
+	for i := range t.byNode[node] {
+		out = append(out, t.leases[i].rec)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// All returns every lease in index order.
+func (t *Table) All() []store.Slice {
+	out := make([]store.Slice, 0, len(t.leases))
+	for _, e := range t.leases {
+		out = append(out, e.rec)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Index < out[b].Index })
+	return out
+}
+
+// Acquire makes the node hold at least want slices (1..MaxPerNode),
+// leasing new ones next-fit until now+ttl. It returns the ops to persist
+// (none when the node already holds enough) or an error wrapping
+// ErrPoolFull; a failed call changes nothing.
+func (t *Table) Acquire(node string, want int, now time.Time, ttl time.Duration) ([]store.Op, error) {
+	want = min(max(want, 1), MaxPerNode)
+	need := want - len(t.byNode[node])
+	if need <= 0 {
+		return nil, nil
+	}
+	if free := t.spec.Count() - t.taken.Count(); free < need {
+		return nil, fmt.Errorf("%w: pool %s (%s in slices of %d): %d of %d slices leased, node %s needs %d more",
+			ErrPoolFull, t.spec.Name, t.spec.rangeString(), t.spec.SliceSize, t.taken.Count(), t.spec.Count(), node, need)
+	}
+	var ops []store.Op
+	for range need {
+		i := t.taken.NextFree(t.cursor + 1)
+		if i < 0 {
+			i = t.taken.NextFree(0)
+		}
+		t.taken.Add(i)
+		t.cursor = i
+		e := &entry{rec: store.Slice{Pool: t.spec.Name, Index: i, Node: node, Expires: now.Add(ttl), Reported: now, Version: 1}}
+		e.stored = e.rec.Expires
+		t.leases[i] = e
+		t.nodeSet(node)[i] = struct{}{}
+		rec := e.rec
+		ops = append(ops, store.Put(&rec, 0))
+	}
+	return ops, nil
+}
+
+func (p PoolSpec) rangeString() string {
+	if !p.VNIs.Empty() {
+		return "vnis " + p.VNIs.String()
+	}
+	return p.Prefix.String()
+}
+
+// Renew extends the node's leases to now+ttl and records allocated, the
+// ids in use per slice index as the node reports them; slices it does not
+// report keep their last report. It returns the ops to persist and the
+// reported indices the node does not hold (lost).
+func (t *Table) Renew(node string, allocated map[int]int, now time.Time, ttl time.Duration) (ops []store.Op, lost []int) {
+	until := now.Add(ttl)
+	for i := range t.byNode[node] {
+		e := t.leases[i]
+		changed := false
+		if n, ok := allocated[i]; ok {
+			changed = n != e.rec.Allocated
+			e.rec.Allocated, e.rec.Reported = n, now
+		}
+		if until.After(e.rec.Expires) {
+			e.rec.Expires = until
+		}
+		if changed || e.rec.Expires.Sub(e.stored) >= ttl/2 {
+			prev := e.rec.Version
+			e.rec.Version++
+			e.stored = e.rec.Expires
+			rec := e.rec
+			ops = append(ops, store.Put(&rec, prev))
+		}
+	}
+	for i := range allocated {
+		if _, ok := t.byNode[node][i]; !ok {
+			lost = append(lost, i)
+		}
+	}
+	sort.Ints(lost)
+	return ops, lost
+}
+
+// Release gives slice i back for a node that has nothing allocated from
+// it. It returns errors wrapping ErrNotHeld.
+func (t *Table) Release(node string, i int) ([]store.Op, error) {
+	e, ok := t.leases[i]
+	if !ok || e.rec.Node != node {
+		return nil, fmt.Errorf("%w: pool %s slice %d, node %s", ErrNotHeld, t.spec.Name, i, node)
+	}
+	return []store.Op{t.remove(i)}, nil
+}
+
+func (t *Table) remove(i int) store.Op {
+	e := t.leases[i]
+	delete(t.leases, i)
+	delete(t.byNode[e.rec.Node], i)
+	if len(t.byNode[e.rec.Node]) == 0 {
+		delete(t.byNode, e.rec.Node)
+	}
+	t.taken.Remove(i)
+	rec := e.rec
+	return store.Delete(&rec, rec.Version)
+}
+
+// Gone tells when a node was seen deleted; gone is false while it exists
+// or when that is not known.
+type Gone func(node string) (since time.Time, gone bool)
+
+// Reclaim frees the slices whose node is gone, by lease expiry or by
+// nodeGone, for at least grace, and whose node last reported nothing
+// allocated. It returns the ops and the slices it kept although their node
+// is gone because they still have ids allocated (stranded).
+func (t *Table) Reclaim(now time.Time, grace time.Duration, nodeGone Gone) (ops []store.Op, stranded int) {
+	for i, e := range t.leases {
+		since, gone := e.rec.Expires, now.After(e.rec.Expires)
+		if nodeGone != nil {
+			if s, ok := nodeGone(e.rec.Node); ok && (!gone || s.Before(since)) {
+				since, gone = s, true
+			}
+		}
+		if !gone || now.Sub(since) < grace {
+			continue
+		}
+		if e.rec.Allocated != 0 {
+			stranded++
+			continue
+		}
+		ops = append(ops, t.remove(i))
+	}
+	return ops, stranded
+}

@@ -1,0 +1,78 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/slingshot-k8s/slingshot/controller/store"
+	"github.com/slingshot-k8s/slingshot/controller/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(ctx context.Context, t *testing.T, dir string) store.Store {
+		s, err := Open(ctx, filepath.Join(dir, "c.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.db")
+	s, err := Open(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(t.Context(), p); !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("Open: %v, want ErrSchemaTooNew", err)
+	}
+}
+
+func TestWALAndFullSync(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mode string
+	var sync int
+	if err := s.db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode = %q, %v", mode, err)
+	}
+	if err := s.db.QueryRow("PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
+		t.Fatalf("synchronous = %d, %v; want 2 (FULL)", sync, err)
+	}
+}
+
+func BenchmarkCommitOneLease(b *testing.B) {
+	s, err := Open(b.Context(), filepath.Join(b.TempDir(), "c.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	l := store.Lease{Key: "job/ns/x", VNI: 2000, Scope: store.ScopeJob, Nodes: []string{"n1"}}
+	mustPut := func(v uint64) {
+		if err := s.Commit(b.Context(), []store.Op{store.Put(&l, v)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mustPut(0)
+	v := uint64(1)
+	for b.Loop() {
+		mustPut(v)
+		v++
+	}
+}

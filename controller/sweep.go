@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/store"
+)
+
+func (s *Service) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweep", "err", err)
+			}
+		}
+	}
+}
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	// Expired VNIs left quarantine.
+	Expired int
+	// Freed leases whose owner was found gone.
+	Freed int
+	// DroppedHolders are nodes removed from leases because their Node
+	// object is deleted for longer than the grace period.
+	DroppedHolders int
+	// Reclaimed node slices, and Stranded ones kept because their gone
+	// node last reported ids in use.
+	Reclaimed, Stranded int
+}
+
+// Sweep runs one reclaim pass: quarantine expiry; holders on deleted
+// nodes; owners gone from the API (leases no node holds, at most
+// SweepOwners look-ups); slices of gone nodes. Run calls it every
+// SweepInterval. It returns an error wrapping ErrUnavailable before the
+// state is loaded, or the commit's error.
+func (s *Service) Sweep(ctx context.Context) error {
+	_, err := s.sweep(ctx)
+	return err
+}
+
+func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
+	var r SweepResult
+	s.mu.Lock()
+	if err := s.gate(); err != nil {
+		s.mu.Unlock()
+		return r, err
+	}
+	now := s.now()
+	ops := s.expireLocked(now)
+	r.Expired = len(ops)
+	var b *batch
+	if len(ops) > 0 {
+		b = s.enqueue(ops...)
+	}
+	var candidates []store.Lease
+	for _, l := range s.leases {
+		if s.nodes != nil && len(l.rec.Nodes) > 0 {
+			kept := l.rec.Nodes[:0:0]
+			for _, n := range l.rec.Nodes {
+				if since, gone := s.nodes.NodeGone(n); gone && now.Sub(since) >= s.cfg.SliceGrace {
+					r.DroppedHolders++
+					continue
+				}
+				kept = append(kept, n)
+			}
+			if len(kept) != len(l.rec.Nodes) {
+				l.rec.Nodes = kept
+				if l.rec.Scope == store.ScopePod && len(kept) == 0 {
+					l.rec.OwnerGone = true
+				}
+				b = s.putLocked(l)
+				if l.rec.OwnerGone && len(kept) == 0 {
+					b = s.freeLocked(l, now)
+					r.Freed++
+					continue
+				}
+			}
+		}
+		if s.res != nil && len(l.rec.Nodes) == 0 && !l.rec.OwnerGone && l.rec.Scope != store.ScopePod &&
+			len(candidates) < s.cfg.SweepOwners {
+			candidates = append(candidates, l.rec)
+		}
+	}
+	var nodeGone func(string) (time.Time, bool)
+	if s.nodes != nil {
+		nodeGone = s.nodes.NodeGone
+	}
+	for _, name := range s.poolOrder {
+		o, stranded := s.pools[name].Reclaim(now, s.cfg.SliceGrace, nodeGone)
+		r.Reclaimed += len(o)
+		r.Stranded += stranded
+		if len(o) > 0 {
+			b = s.enqueue(o...)
+		}
+	}
+	s.m.stranded.Set(float64(r.Stranded))
+	s.mu.Unlock()
+	if err := s.wait(ctx, b); err != nil {
+		return r, err
+	}
+
+	// Owner look-ups go to the API without the lock; each result is
+	// re-validated against the lease's version before it frees anything.
+	var gone []store.Lease
+	for _, c := range candidates {
+		ok, err := s.res.OwnerExists(ctx, c.Owner)
+		if err != nil {
+			s.log.Debug("owner look-up", "lease", c.Key, "err", err)
+			continue
+		}
+		if !ok {
+			gone = append(gone, c)
+		}
+	}
+	if len(gone) == 0 {
+		return r, nil
+	}
+	s.mu.Lock()
+	if err := s.gate(); err != nil {
+		s.mu.Unlock()
+		return r, err
+	}
+	b = nil
+	now = s.now()
+	for _, c := range gone {
+		l := s.leases[c.Key]
+		if l == nil || l.rec.Version != c.Version || len(l.rec.Nodes) != 0 || l.rec.OwnerGone {
+			continue
+		}
+		l.rec.OwnerGone = true
+		s.putLocked(l)
+		b = s.freeLocked(l, now)
+		r.Freed++
+		s.log.Info("owner gone; vni freed", "lease", c.Key, "vni", c.VNI)
+	}
+	s.mu.Unlock()
+	return r, s.wait(ctx, b)
+}
+
+// NodesSeen returns when each node last acquired or renewed slices.
+func (s *Service) NodesSeen() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.lastSeen))
+	for k, v := range s.lastSeen {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,480 @@
+package controllerclient
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/slingshot-k8s/slingshot/controller"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
+	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// PodRef identifies a pod; UID may be empty where unknown.
+type PodRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// Scope says whom a VNI belongs to.
+type Scope string
+
+// Scopes.
+const (
+	ScopeNone  Scope = "none"
+	ScopeJob   Scope = "job"
+	ScopePod   Scope = "pod"
+	ScopeClaim Scope = "claim"
+)
+
+// Lease is a VNI this node holds for a pod. It is plain data, meant for the
+// agent's checkpoint.
+type Lease struct {
+	// Key names the lease at the controller.
+	Key string `json:"key,omitempty"`
+	// VNI to program; 0 for ScopeNone.
+	VNI   uint16 `json:"vni"`
+	Scope Scope  `json:"scope"`
+	// Local is set for a pod-scoped VNI from the node's own pool.
+	Local bool `json:"local,omitempty"`
+}
+
+// Options configure a Client. Node is required.
+type Options struct {
+	// Node is this node's name.
+	Node string
+	// CallTimeout bounds one attempt of one call; default 5 s.
+	CallTimeout time.Duration
+	// Retry is the retry policy of every call; default 6 attempts from
+	// 100 ms to 2 s with jitter.
+	Retry backoff.Policy
+	// Heartbeat is the interval of slice renewals; default 10 s.
+	Heartbeat time.Duration
+	// LowWater is the free pod VNIs below which Run refills the pool;
+	// default 8.
+	LowWater int
+	// TLS configures transport security; nil means plaintext (loopback
+	// and tests only).
+	TLS *tls.Config
+	// TokenFile is a projected ServiceAccount token sent as a bearer
+	// token, re-read on every call (tokens rotate). It needs TLS unless
+	// InsecureToken is set.
+	TokenFile     string
+	InsecureToken bool
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Registerer for slingshot_agent_controller_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (o Options) withDefaults() Options {
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 5 * time.Second
+	}
+	if o.Retry.Attempts == 0 {
+		o.Retry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Factor: 2, Jitter: 0.2, Attempts: 6}
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 10 * time.Second
+	}
+	if o.LowWater <= 0 {
+		o.LowWater = 8
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Client talks to the controller for one node.
+type Client struct {
+	opts  Options
+	api   apiv1.ControllerClient
+	conn  *grpc.ClientConn
+	pool  *podPool
+	kick  chan struct{}
+	calls *prometheus.CounterVec
+
+	// embedded mode
+	svc   *controller.Service
+	close func() error
+	once  sync.Once
+}
+
+var errNoNode = errors.New("options: node name required")
+
+func newClient(api apiv1.ControllerClient, opts Options) (*Client, error) {
+	if opts.Node == "" {
+		return nil, errNoNode
+	}
+	opts = opts.withDefaults()
+	c := &Client{opts: opts, api: api, pool: newPodPool(), kick: make(chan struct{}, 1),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_controller_calls_total",
+			Help: "Calls to the controller by method and final gRPC code.",
+		}, []string{"method", "code"})}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(c.calls); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		if err := opts.Registerer.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "slingshot_agent_pod_vni_pool_free",
+			Help: "Free pod-scoped VNIs in the node's local pool.",
+		}, func() float64 { f, _ := c.pool.counts(); return float64(f) })); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// tokenCreds sends the token file's content as a bearer token.
+type tokenCreds struct {
+	path     string
+	insecure bool
+}
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return nil, fmt.Errorf("read token: %w", err)
+	}
+	return map[string]string{"authorization": "Bearer " + strings.TrimSpace(string(b))}, nil
+}
+
+func (t tokenCreds) RequireTransportSecurity() bool { return !t.insecure }
+
+// Dial returns a client of the controller at addr (host:port). The
+// connection is made lazily and re-made after failures by gRPC itself.
+func Dial(addr string, opts Options) (*Client, error) {
+	dopts := []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
+	if opts.TLS != nil {
+		dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))
+	} else {
+		dopts = append(dopts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if opts.TokenFile != "" {
+		if opts.TLS == nil && !opts.InsecureToken {
+			return nil, errors.New("options: a token needs TLS (or InsecureToken)")
+		}
+		dopts = append(dopts, grpc.WithPerRPCCredentials(tokenCreds{path: opts.TokenFile, insecure: opts.InsecureToken}))
+	}
+	conn, err := grpc.NewClient(addr, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c, err := newClient(apiv1.NewControllerClient(conn), opts)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c.conn = conn
+	c.close = conn.Close
+	return c, nil
+}
+
+// Embedded returns a client of an in-process controller whose sqlite
+// database lives in stateDir (controller.db). Its Run also runs the
+// controller. cfg.Registerer and cfg.Logger default to the options'.
+func Embedded(ctx context.Context, stateDir string, cfg controller.Config, opts Options) (*Client, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(stateDir, "controller.db"))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = opts.Logger
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = opts.Registerer
+	}
+	svc, err := controller.New(st, nil, nil, cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	c, err := newClient(grpcapi.NewLocalClient(grpcapi.NewServer(svc, cfg.SliceTTL)), opts)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	c.svc, c.close = svc, st.Close
+	return c, nil
+}
+
+// Close releases the connection or the embedded store; call it after Run
+// has returned. It is safe to call twice.
+func (c *Client) Close() error {
+	var err error
+	c.once.Do(func() {
+		if c.close != nil {
+			err = c.close()
+		}
+	})
+	return err
+}
+
+// call runs one RPC with the per-attempt timeout and the retry policy.
+func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.Context) error) error {
+	err := c.opts.Retry.Do(ctx, func(ctx context.Context) error {
+		actx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+		defer cancel()
+		err := rpc(actx)
+		if err == nil || (retryable(err) && ctx.Err() == nil) {
+			return err
+		}
+		return backoff.Permanent(err)
+	})
+	c.calls.WithLabelValues(method, status.Code(err).String()).Inc()
+	if err != nil {
+		var last error = err
+		// Keep the status of the last attempt visible through the wrapping.
+		for u := errors.Unwrap(last); u != nil; u = errors.Unwrap(u) {
+			if _, ok := status.FromError(u); ok {
+				last = u
+			}
+		}
+		if st, ok := status.FromError(last); ok && st.Code() != codes.Unknown {
+			return fmt.Errorf("%s: %w", method, fromStatus(last))
+		}
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	return nil
+}
+
+func scopeOf(s apiv1.Scope) Scope {
+	switch s {
+	case apiv1.Scope_SCOPE_JOB:
+		return ScopeJob
+	case apiv1.Scope_SCOPE_POD:
+		return ScopePod
+	case apiv1.Scope_SCOPE_CLAIM:
+		return ScopeClaim
+	}
+	return ScopeNone
+}
+
+// AcquireJobVNI returns the VNI of the pod's job and records at the
+// controller that this node holds it; a pod-scoped VNI from the node's
+// slice comes from the local pool (Lease.Local). Errors match ErrNotFound,
+// ErrInvalidArgument, ErrOwnerGone, ErrExhausted, ErrUnavailable (after
+// retries), ErrDenied or ErrNoPodVNIPool.
+func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
+	var resp *apiv1.JobVNILease
+	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{
+			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node})
+		return err
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope())}
+	if resp.GetFromNodeSlice() {
+		v, err := c.PodVNI(ctx)
+		if err != nil {
+			return Lease{}, fmt.Errorf("pod vni for %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		l.VNI, l.Local = v, true
+	}
+	return l, nil
+}
+
+// ReleaseJobVNI tells the controller that this node no longer holds the
+// lease (a local one goes back to the pool). Releasing twice is harmless.
+// Errors match ErrUnavailable (after retries), ErrInvalidArgument or
+// ErrDenied.
+func (c *Client) ReleaseJobVNI(ctx context.Context, l Lease) error {
+	switch {
+	case l.Scope == ScopeNone || l.Key == "" && !l.Local:
+		return nil
+	case l.Local:
+		c.ReturnPodVNI(l.VNI)
+		return nil
+	}
+	return c.call(ctx, "ReleaseJobVNI", func(ctx context.Context) error {
+		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: l.Key, Node: c.opts.Node})
+		return err
+	})
+}
+
+// PodVNI returns a pod-scoped VNI from the node's pool with no network
+// call. When the pool is empty it asks Run to refill and waits until then
+// or until ctx ends. It returns ErrNoPodVNIPool when the controller has no
+// pod VNI range.
+func (c *Client) PodVNI(ctx context.Context) (uint16, error) {
+	for {
+		if c.pool.isOff() {
+			return 0, ErrNoPodVNIPool
+		}
+		v, ok, changed := c.pool.take()
+		if free, _ := c.pool.counts(); !ok || free < c.opts.LowWater {
+			c.refill()
+		}
+		if ok {
+			return v, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for pod vni pool refill: %w", ctx.Err())
+		}
+	}
+}
+
+// ReturnPodVNI gives a VNI from PodVNI back to the pool; it is handed out
+// again only after every other free VNI.
+func (c *Client) ReturnPodVNI(v uint16) { c.pool.put(v) }
+
+// RestorePodVNIs marks VNIs of running pods in use, after an agent
+// restart; call it before Run.
+func (c *Client) RestorePodVNIs(vnis []uint16) { c.pool.restore(vnis) }
+
+func (c *Client) refill() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run heartbeats every Options.Heartbeat, refills the pod VNI pool ahead
+// of need and gives back idle slices, until ctx ends; in embedded mode it
+// also runs the controller. It returns nil when ctx ends, or the embedded
+// controller's error.
+func (c *Client) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	svcErr := make(chan error, 1)
+	if c.svc != nil {
+		wg.Go(func() {
+			err := c.svc.Run(ctx)
+			svcErr <- err
+			if err != nil {
+				cancel()
+			}
+		})
+	}
+	defer wg.Wait()
+	t := time.NewTicker(c.opts.Heartbeat)
+	defer t.Stop()
+	c.tick(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			if c.svc != nil {
+				cancel()
+				wg.Wait()
+				return <-svcErr
+			}
+			return nil
+		case <-t.C:
+			c.tick(ctx)
+		case <-c.kick:
+			c.tick(ctx)
+		}
+	}
+}
+
+// tick renews the slices and keeps the pool between LowWater and twice it.
+func (c *Client) tick(ctx context.Context) {
+	if err := c.Heartbeat(ctx); err != nil {
+		if ctx.Err() == nil {
+			c.opts.Logger.Warn("controller heartbeat", "err", err)
+		}
+		return
+	}
+	if c.pool.isOff() {
+		return
+	}
+	free, held := c.pool.counts()
+	if free < c.opts.LowWater && held < slices.MaxPerNode {
+		if err := c.acquirePodSlices(ctx, held+1); err != nil && ctx.Err() == nil {
+			c.opts.Logger.Warn("refill pod vni pool", "err", err)
+		}
+		return
+	}
+	if i, ok := c.pool.idleSlice(2 * c.opts.LowWater); ok {
+		err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
+			_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)})
+			return err
+		})
+		if err == nil || errors.Is(err, ErrNotFound) {
+			c.Heartbeat(ctx)
+		}
+	}
+}
+
+func heldVNISlices(in []*apiv1.Slice) map[int]vnialloc.Range {
+	out := map[int]vnialloc.Range{}
+	for _, s := range in {
+		if s.GetPool() == slices.PodVNIPool && s.GetVniFirst() > 0 && s.GetVniFirst() <= s.GetVniLast() && s.GetVniLast() <= 65535 {
+			out[int(s.GetIndex())] = vnialloc.Range{Min: uint16(s.GetVniFirst()), Max: uint16(s.GetVniLast())}
+		}
+	}
+	return out
+}
+
+func (c *Client) acquirePodSlices(ctx context.Context, count int) error {
+	var resp *apiv1.NodeSlices
+	err := c.call(ctx, "AcquireSlices", func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Count: uint32(count)})
+		return err
+	})
+	if errors.Is(err, ErrInvalidArgument) {
+		// No pool of that name: pod-scoped VNIs come from the main range.
+		c.pool.setOff(true)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.pool.setSlices(heldVNISlices(resp.GetSlices()))
+	return nil
+}
+
+// Heartbeat renews this node's slice leases once, reporting the VNIs in
+// use per slice, and adopts the slices the controller says it holds. Run
+// calls it; it is exported for agents that drive their own loop.
+func (c *Client) Heartbeat(ctx context.Context) error {
+	var usage []*apiv1.SliceUsage
+	for i, n := range c.pool.usage() {
+		usage = append(usage, &apiv1.SliceUsage{Pool: slices.PodVNIPool, Index: uint32(i), Allocated: uint32(n)})
+	}
+	var resp *apiv1.RenewSlicesResponse
+	err := c.call(ctx, "RenewSlices", func(ctx context.Context) error {
+		var err error
+		resp, err = c.api.RenewSlices(ctx, &apiv1.RenewSlicesRequest{Node: c.opts.Node, Usage: usage})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range resp.GetLost() {
+		c.opts.Logger.Warn("controller no longer leases a slice to this node", "pool", l.GetPool(), "index", l.GetIndex(), "allocated", l.GetAllocated())
+	}
+	c.pool.setSlices(heldVNISlices(resp.GetHeld()))
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package controllerclient is the node agent's side of the controller:
+// job VNI leases with bounded retries, the node's warm pool of pod-scoped
+// VNIs, slice heartbeats, and an embedded mode that runs the controller
+// in-process behind the same interface.
+//
+// # Use
+//
+//	c, err := controllerclient.Dial("controller.slingshot:9440", controllerclient.Options{
+//		Node: nodeName, TokenFile: "/var/run/secrets/slingshot/token", TLS: tlsConfig})
+//	// or: c, err := controllerclient.Embedded(ctx, stateDir, controller.Config{...}, opts)
+//	defer c.Close()
+//	c.RestorePodVNIs(vnisFromCheckpoint) // before Run: what running pods use
+//	go c.Run(ctx)                        // heartbeats and pool refills; must run
+//
+//	lease, err := c.AcquireJobVNI(ctx, controllerclient.PodRef{Namespace: ns, Name: name, UID: uid})
+//	// lease.VNI is the VNI to program (0 when lease.Scope is ScopeNone);
+//	// keep the Lease in the checkpoint, it is plain JSON-able data.
+//	err = c.ReleaseJobVNI(ctx, lease) // at pod exit on this node
+//
+//	v, err := c.PodVNI(ctx) // a pod-scoped VNI from the local pool, no network call
+//	c.ReturnPodVNI(v)
+//
+// AcquireJobVNI asks the controller, which resolves the pod's controlling
+// owner; when the answer is a pod-scoped VNI from the node's slice, it is
+// taken from the local pool and [Lease.Local] is set, so ReleaseJobVNI
+// returns it locally. [Client.PodVNI] never makes a network call: Run keeps
+// the pool filled ahead of need (the Kuryr port-pool idea: refill when
+// fewer than LowWater VNIs are free, give back whole idle slices above
+// twice that). When the pool is empty PodVNI waits for Run's refill until
+// ctx ends.
+//
+// # Failure handling
+//
+// Every call has a per-attempt timeout and is retried with backoff
+// (internal/backoff) on Unavailable, DeadlineExceeded and Aborted, a
+// bounded number of times; other codes are returned at once as errors
+// wrapping the sentinels below (ErrExhausted for a full range, ...). The
+// gRPC connection reconnects by itself. Heartbeats report how many VNIs
+// are in use per slice, so the controller never reclaims a slice in use.
+//
+// # Embedded mode
+//
+// Embedded runs a [controller.Service] with its sqlite store in the given
+// state directory, in-process, with no network and no authentication.
+// There is no Kubernetes API then, so every VNI is pod-scoped (from the
+// pod VNI range if one is configured, else from the main range).
+//
+// A Client is safe for concurrent use. Run owns the client's background
+// work and returns when its context ends; Close releases the connection
+// (and the embedded store) after Run has returned.
+package controllerclient
