@@ -125,12 +125,6 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		b.cdi = w
 	}
 
-	leaser, runLeaser, err := newLeaser(ctx, opts, logger, reg, m)
-	if err != nil {
-		return err
-	}
-	b.leaser = leaser
-
 	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
 	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	if err != nil {
@@ -152,15 +146,21 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	}
 	b.state = state
 
+	client, err := newLeaser(ctx, opts, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer client.Close() // after every goroutine below has returned
+	client.RestorePodVNIs(localVNIs(state))
+	b.leaser = timedLeaser{vniLeaser: client, m: m}
+
 	g, gctx := errgroup.WithContext(ctx)
 	// fail stops what was started before a start-up step failed.
 	fail := func(err error) error {
 		cancel()
 		return errors.Join(err, g.Wait())
 	}
-	if runLeaser != nil {
-		g.Go(func() error { return runLeaser(gctx) })
-	}
+	g.Go(func() error { return client.Run(gctx) })
 	rep, err := b.Reconcile(gctx, reconcileOptions{cleanManaged: opts.CleanManaged, managedLo: managedLo, managedHi: managedHi})
 	if err != nil {
 		return fail(fmt.Errorf("start-up reconcile: %w", err))

@@ -16,6 +16,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/internal/atomicfile"
 )
@@ -29,25 +30,16 @@ type serviceDriver interface {
 	List(ctx context.Context) ([]cxi.Service, error)
 }
 
-// PodRef names a pod to the controller.
-type PodRef struct {
-	Namespace string
-	Name      string
-	UID       string
-}
-
-// Lease is a VNI held for a pod on this node.
-type Lease struct {
-	VNI uint16
-	// Scope is "job" (shared by the pods of one job, held at the
-	// controller) or "pod" (from the node's local slice).
-	Scope string
-}
-
-// vniLeaser is what the pod path needs of the controller.
+// vniLeaser is what the pod path needs of the controller;
+// *controllerclient.Client is one.
 type vniLeaser interface {
-	Acquire(ctx context.Context, pod PodRef) (Lease, error)
-	Release(ctx context.Context, pod PodRef, lease Lease) error
+	AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error)
+	ReleaseJobVNI(ctx context.Context, lease controllerclient.Lease) error
+}
+
+// leaseOf is the lease a pod record holds.
+func leaseOf(p *checkpoint.Pod) controllerclient.Lease {
+	return controllerclient.Lease{Key: p.LeaseKey, VNI: p.VNI, Scope: controllerclient.Scope(p.Scope), Local: p.Local}
 }
 
 // podFinder tells which pod holds which devices.
@@ -198,14 +190,14 @@ func (b *binder) PreStart(ctx context.Context, ids []string) (err error) {
 	b.mu.Unlock()
 	fresh := entry == nil
 	if fresh {
-		ref := PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-		lease, err := b.leaser.Acquire(ctx, ref)
+		ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+		lease, err := b.leaser.AcquireJobVNI(ctx, ref)
 		if err != nil {
 			return fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
 		}
 		entry = &checkpoint.Pod{
 			UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
-			VNI: lease.VNI, Scope: lease.Scope, Netns: netns,
+			VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
 			DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
 		}
 		// Recorded before any service exists, so that a crash between
@@ -293,6 +285,9 @@ func (b *binder) member(pod *podwatch.Pod) (cxi.Member, uint32, error) {
 // ensureServices makes sure entry has a live service on each NIC, with
 // the right member. It returns the services it created in this call.
 func (b *binder) ensureServices(ctx context.Context, key string, entry *checkpoint.Pod, nics []*nic, member cxi.Member, netns uint32) ([]checkpoint.Service, error) {
+	if entry.VNI == 0 {
+		return nil, nil // the pod opted out of a VNI: no service to make
+	}
 	pol := b.policy()
 	var created []checkpoint.Service
 	for _, n := range nics {
@@ -364,8 +359,7 @@ func (b *binder) rollback(ctx context.Context, key string, entry *checkpoint.Pod
 
 // forget releases a pod's lease and drops its record.
 func (b *binder) forget(ctx context.Context, key string, entry *checkpoint.Pod) {
-	ref := PodRef{Namespace: entry.Namespace, Name: entry.Name, UID: entry.UID}
-	if err := b.leaser.Release(ctx, ref, Lease{VNI: entry.VNI, Scope: entry.Scope}); err != nil {
+	if err := b.leaser.ReleaseJobVNI(ctx, leaseOf(entry)); err != nil {
 		b.logger.Warn("release VNI", "pod", key, "vni", entry.VNI, "err", err)
 		return // kept; the cleanup loop retries
 	}
@@ -432,9 +426,18 @@ func (b *binder) envFor(entry *checkpoint.Pod, nics []*nic) []string {
 	return []string{
 		EnvDevices + "=" + strings.Join(devs, ","),
 		EnvSvcIDs + "=" + strings.Join(ids, ","),
-		EnvVNIs + "=" + strconv.Itoa(int(entry.VNI)),
+		EnvVNIs + "=" + vnisEnv(entry.VNI),
 		EnvTCs + "=" + b.policy().tcs.String(),
 	}
+}
+
+// vnisEnv is SLINGSHOT_VNIS: the pod's VNI, or nothing for a pod that
+// opted out.
+func vnisEnv(vni uint16) string {
+	if vni == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(vni))
 }
 
 func nicNames(nics []*nic) []string {

@@ -18,6 +18,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
@@ -64,27 +65,27 @@ type fakeLeaser struct {
 	failNext error
 }
 
-func (l *fakeLeaser) Acquire(_ context.Context, p PodRef) (Lease, error) {
+func (l *fakeLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.failNext; err != nil {
 		l.failNext = nil
-		return Lease{}, err
+		return controllerclient.Lease{}, err
 	}
 	key := p.Namespace + "/" + p.Name
 	if v, ok := l.held[key]; ok {
-		return Lease{VNI: v, Scope: "job"}, nil
+		return controllerclient.Lease{Key: key, VNI: v, Scope: controllerclient.ScopeJob}, nil
 	}
 	l.next++
 	v := 1023 + l.next
 	l.held[key] = v
-	return Lease{VNI: v, Scope: "job"}, nil
+	return controllerclient.Lease{Key: key, VNI: v, Scope: controllerclient.ScopeJob}, nil
 }
 
-func (l *fakeLeaser) Release(_ context.Context, p PodRef, lease Lease) error {
+func (l *fakeLeaser) ReleaseJobVNI(_ context.Context, lease controllerclient.Lease) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := p.Namespace + "/" + p.Name
+	key := lease.Key
 	if l.held[key] != lease.VNI {
 		return fmt.Errorf("release of %s VNI %d not held", key, lease.VNI)
 	}
@@ -375,7 +376,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	// A bind that crashed after creating its service and before recording
 	// it: the record (saved before any service) has a VNI and netns.
-	crashed := &checkpoint.Pod{UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", Netns: 4026532003, DeviceIDs: map[string][]string{}}
+	crashed := &checkpoint.Pod{UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", LeaseKey: "ns/c", Netns: 4026532003, DeviceIDs: map[string][]string{}}
 	r.b.state.Pods["ns/c"] = crashed
 	leaser.held["ns/c"] = 1500
 	if err := r.b.save(); err != nil {

@@ -137,8 +137,7 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		return false
 	}
 	if !released {
-		ref := PodRef{Namespace: entry.Namespace, Name: entry.Name, UID: entry.UID}
-		if err := b.leaser.Release(ctx, ref, Lease{VNI: entry.VNI, Scope: entry.Scope}); err != nil {
+		if err := b.leaser.ReleaseJobVNI(ctx, leaseOf(entry)); err != nil {
 			b.logger.Warn("release VNI; will retry", "pod", key, "vni", entry.VNI, "err", err)
 			return false
 		}

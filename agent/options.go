@@ -28,7 +28,14 @@ type Options struct {
 	ProcRoot    string
 	StateDir    string
 	Controller  string
-	CXIDriver   string
+	// ControllerCA, ControllerCert, ControllerKey and ControllerTokenFile
+	// authenticate the agent to a remote controller (mTLS, or a projected
+	// ServiceAccount token over TLS).
+	ControllerCA        string
+	ControllerCert      string
+	ControllerKey       string
+	ControllerTokenFile string
+	CXIDriver           string
 	Config      string
 	NodeName    string
 	MetricsAddr string
@@ -49,6 +56,10 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
 	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory")
+	fs.StringVar(&o.ControllerCA, "controller-ca", "", "PEM `file` of the CA that signed the controller's certificate")
+	fs.StringVar(&o.ControllerCert, "controller-cert", "", "PEM certificate `file` the agent presents to the controller (mTLS)")
+	fs.StringVar(&o.ControllerKey, "controller-key", "", "PEM private key `file` of --controller-cert")
+	fs.StringVar(&o.ControllerTokenFile, "controller-token-file", "", "projected ServiceAccount token `file` sent to the controller (needs --controller-ca)")
 	fs.StringVar(&o.CXIDriver, "cxi-driver", DriverUAPI, "CXI driver: \"uapi\" for the real driver, \"sim\" for the simulated one")
 	fs.StringVar(&o.Config, "config", "", "YAML configuration `file`; reloaded when it changes (empty: defaults)")
 	fs.StringVar(&o.NodeName, "node-name", "", "this node's `name` (default $NODE_NAME, then the host name)")
@@ -95,6 +106,15 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
 			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
 		}
+	}
+	if (o.ControllerCert == "") != (o.ControllerKey == "") {
+		errs = append(errs, errors.New("--controller-cert and --controller-key go together"))
+	}
+	if o.ControllerTokenFile != "" && o.ControllerCA == "" {
+		errs = append(errs, errors.New("--controller-token-file needs --controller-ca: a token is never sent in clear"))
+	}
+	if o.Controller == "embedded" && (o.ControllerCA != "" || o.ControllerCert != "" || o.ControllerTokenFile != "") {
+		errs = append(errs, errors.New("--controller-ca, --controller-cert and --controller-token-file are for a remote --controller"))
 	}
 	if o.NodeName == "" || len(o.NodeName) > 253 || strings.ContainsAny(o.NodeName, "/ \t\n") {
 		errs = append(errs, fmt.Errorf("--node-name %q: want a Kubernetes node name", o.NodeName))

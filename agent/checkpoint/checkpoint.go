@@ -49,11 +49,16 @@ type Pod struct {
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// VNI is the pod's primary VNI (SLINGSHOT_VNIS' first entry).
+	// VNI is the pod's primary VNI (SLINGSHOT_VNIS' first entry); zero
+	// when the pod opted out of a VNI.
 	VNI uint16 `json:"vni"`
-	// Scope is where the VNI came from: "job" (the controller, held for
-	// this node), or "pod" (the node's local slice).
+	// Scope is whom the VNI belongs to: "job", "claim", "pod" or "none".
 	Scope string `json:"scope"`
+	// LeaseKey names the lease at the controller; Local is set for a
+	// pod-scoped VNI from the node's own pool. Both are what the release
+	// at pod exit needs.
+	LeaseKey string `json:"leaseKey,omitempty"`
+	Local    bool   `json:"local,omitempty"`
 	// Netns is the network namespace inode that is the services' member,
 	// or zero when a fallback UID/GID member was used.
 	Netns uint32 `json:"netns,omitempty"`
