@@ -22,12 +22,12 @@ const (
 // Options are the agent's command-line settings. The file named by Config
 // holds the rest (see package config).
 type Options struct {
-	KubeletDir  string
-	SysfsRoot   string
-	DevRoot     string
-	ProcRoot    string
-	StateDir    string
-	Controller  string
+	KubeletDir string
+	SysfsRoot  string
+	DevRoot    string
+	ProcRoot   string
+	StateDir   string
+	Controller string
 	// ControllerCA, ControllerCert, ControllerKey and ControllerTokenFile
 	// authenticate the agent to a remote controller (mTLS, or a projected
 	// ServiceAccount token over TLS).
@@ -36,9 +36,9 @@ type Options struct {
 	ControllerKey       string
 	ControllerTokenFile string
 	CXIDriver           string
-	Config      string
-	NodeName    string
-	MetricsAddr string
+	Config              string
+	NodeName            string
+	MetricsAddr         string
 	// CleanManaged also destroys, at start, every non-system service whose
 	// VNIs all fall in ManagedVNIs, as `flux-slingshot clean --all` does.
 	CleanManaged bool
