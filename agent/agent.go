@@ -177,7 +177,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	server, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
 		Resource:   res,
 		PluginDir:  pluginDir,
-		Logger:     logger.With("component", "deviceplugin", "resource", res.name),
+		Logger:     logger.With("component", "deviceplugin"),
 		Registerer: reg,
 	})
 	if err != nil {
