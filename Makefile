@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
 LDFLAGS   ?= -s -w
 
-.PHONY: all build test check lint bench fuzz generate clean
+.PHONY: all build test e2e check lint bench fuzz generate clean
 
 all: build
 
@@ -22,8 +22,13 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
 
+## e2e: the end-to-end tests against the kubelet's own device manager
+## (their own Go module, so the project's go.mod stays lean)
+e2e:
+	cd hack/kubelet-e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+
 ## check: everything CI runs (the README's test command)
-check: test
+check: test e2e
 
 ## lint: formatting, vet and staticcheck
 lint:

@@ -42,7 +42,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "slingshot-agent")
-	build := exec.Command("go", "build", "-race", "-o", agentBin, "github.com/slingshot-k8s/slingshot/cmd/slingshot-agent")
+	// Built in the project's own module, with its own go.mod, as it ships.
+	build := exec.Command("go", "build", "-race", "-o", agentBin, "./cmd/slingshot-agent")
+	build.Dir = filepath.Join("..", "..")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build slingshot-agent:", err)
