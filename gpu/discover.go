@@ -73,8 +73,8 @@ type GPU struct {
 	// Driver is the bound PCI driver ("nvidia", "amdgpu"); empty when none.
 	Driver string
 	// DevNodes are the GPU's own device nodes relative to the dev root:
-	// "nvidia3" for NVIDIA (from "Device Minor:"), "dri/renderD130" and
-	// "dri/card2" for AMD (from the device's drm/ children).
+	// "nvidia3" for NVIDIA (from "Device Minor:"), "dri/renderD130" for
+	// AMD (from the device's drm/ children).
 	DevNodes []string
 	// SharedDevNodes are the vendor's nodes every container with any of
 	// its GPUs needs: nvidiactl, nvidia-uvm, nvidia-uvm-tools; kfd.
@@ -126,8 +126,8 @@ const maxAttrSize = 64 << 10
 //
 //   - NVIDIA: driver/nvidia/gpus/<addr>/information in procfs: Model, GPU
 //     UUID and Device Minor (the node /dev/nvidia<minor>).
-//   - AMD: product_name, unique_id (optional), and the drm/renderD<N> and
-//     drm/card<N> children (the nodes /dev/dri/renderD<N>, /dev/dri/card<N>).
+//   - AMD: product_name, unique_id (optional), and the drm/renderD<N> child
+//     (the node /dev/dri/renderD<N>).
 //
 // A GPU whose files are missing or garbled is still returned with its
 // Problems, each an [*AttrError] naming the file; its siblings are
@@ -272,17 +272,14 @@ func readAMD(fsys fs.FS, dir string, g *GPU, fail func(error)) {
 		fail(attrErr(fsSys, drm, err))
 		return
 	}
-	render, card := -1, -1
+	// ROCm computes through /dev/kfd and the render node; the card node
+	// (modesetting, display) is not needed and not given.
+	render := -1
 	for _, e := range entries {
 		kind, n, err := parseDRMName(e.Name())
-		if err != nil {
-			continue // connectors and other children
-		}
-		switch {
-		case kind == drmRender && render < 0:
+		if err == nil && kind == drmRender {
 			render = n
-		case kind == drmCard && card < 0:
-			card = n
+			break
 		}
 	}
 	if render < 0 {
@@ -290,9 +287,6 @@ func readAMD(fsys fs.FS, dir string, g *GPU, fail func(error)) {
 		return
 	}
 	g.DevNodes = []string{"dri/renderD" + strconv.Itoa(render)}
-	if card >= 0 {
-		g.DevNodes = append(g.DevNodes, "dri/card"+strconv.Itoa(card))
-	}
 	g.SharedDevNodes = slices.Clone(amdSharedNodes)
 }
 
