@@ -184,7 +184,9 @@ func (c *Carving) Unit(id string) (*Unit, bool) {
 // node (-1) form units among themselves.
 //
 // NICs: each unit takes NICsPerUnit NICs of its own NUMA node, nearest
-// first (same switch, same root complex, then the node). NICs never cross
+// first (same switch, same root complex, then the node), level by level so
+// that no unit takes another's switch-local NIC while a NIC of its own
+// switch is free. NICs never cross
 // NUMA nodes and, by default, are exclusive: when a NUMA node has too few,
 // units are dropped, loosest locality first, until the rest have all their
 // NICs; the dropped units' GPUs are Excluded with ExcludedNoNIC. So every
@@ -497,11 +499,21 @@ func assignNICs(units []Unit, nics []*NIC, per int, share bool) (kept, dropped [
 			held[i] = append(held[i], c.n)
 		}
 	}
-	for i := range units { // same root complex or closer
-		take(i, 1)
+	// Closest first: every unit takes the NICs below its own switch before
+	// any unit takes one merely on its root complex, and those before any
+	// elsewhere on the NUMA node.
+	var levels []int
+	for i := range units {
+		for _, n := range nics {
+			levels = append(levels, nicAffinity(&units[i], n))
+		}
 	}
-	for i := range units { // anywhere on the NUMA node
-		take(i, 0)
+	slices.Sort(levels)
+	levels = slices.Compact(levels)
+	for l := len(levels) - 1; l >= 0; l-- {
+		for i := range units {
+			take(i, levels[l])
+		}
 	}
 	short := func() int {
 		for i := len(units) - 1; i >= 0; i-- {
