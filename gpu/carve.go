@@ -612,4 +612,3 @@ func unitID(u *Unit) string {
 	}
 	return fmt.Sprintf("%s-x%d-%08x", u.GPUs[0].PCIAddress, len(u.GPUs), h.Sum32())
 }
-
