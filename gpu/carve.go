@@ -330,8 +330,9 @@ func modeHealth(mode string) (bool, string, error) {
 	return false, "", fmt.Errorf("%w %q: want ready, maintenance or not-ready", ErrInvalidMode, mode)
 }
 
-// Matches reports whether g is a GPU the machine type's gpu spec selects,
-// and when not, why, as a sentence naming the GPU. The vendor must be
+// Matches says whether the machine type's gpu spec selects g: it returns 0
+// and "" when it does, else ExcludedVendor or ExcludedProduct and a
+// sentence naming the GPU for the agent's log. The vendor must be
 // spec.Type. Product matches the GPU's product name ignoring case, with
 // spaces and dashes taken as equal (so GPU feature discovery's label form
 // "NVIDIA-H100-80GB-HBM3" selects "NVIDIA H100 80GB HBM3"); Family matches a
@@ -362,9 +363,12 @@ func quoteProduct(p string) string {
 
 func dashed(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), " ", "-") }
 
-// exclude returns why g is in no unit of mt, or 0.
+// exclude returns why g is in no unit of mt, or 0. A GPU of the right
+// vendor with problems is reported with them (they may be why its product
+// is unknown) rather than as a product mismatch.
 func exclude(g *GPU, mt config.MachineType) (ExclusionKind, string) {
-	if kind, why := Matches(g, mt.Name, mt.GPU); kind != 0 {
+	kind, why := Matches(g, mt.Name, mt.GPU)
+	if kind == ExcludedVendor {
 		return kind, why
 	}
 	if !g.Healthy() {
@@ -374,7 +378,7 @@ func exclude(g *GPU, mt config.MachineType) (ExclusionKind, string) {
 		}
 		return ExcludedUnhealthy, fmt.Sprintf("GPU %s is left out: %s", g.PCIAddress, strings.Join(msgs, "; "))
 	}
-	return 0, ""
+	return kind, why
 }
 
 // pciNode is a node of the PCIe tree of one NUMA node's GPUs.

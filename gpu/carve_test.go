@@ -406,3 +406,34 @@ func TestCarveRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// An NVIDIA GPU whose information file is gone has no product; it is
+// reported with the missing file, not as a product mismatch.
+func TestCarveNamesTheMissingProductFile(t *testing.T) {
+	truth := writeMock(t, mocksysfs.Spec{NICs: 2, NUMANodes: 2, GPUs: 4})
+	broken := truth.GPUs[3].BDF
+	info := "driver/nvidia/gpus/" + broken + "/information"
+	if err := os.Remove(filepath.Join(truth.ProcRoot, info)); err != nil {
+		t.Fatal(err)
+	}
+	d, nics := discoverNode(t, truth)
+	mt := machineType("nvidia", 1, 1)
+	mt.GPU.Family = "H100"
+	c, err := Carve(d.GPUs, nics, mt, CarveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUnits(t, c, d.GPUs, nics, false)
+	if len(c.Units) != 2 || len(c.Excluded) != 2 {
+		t.Fatalf("units %d, excluded %v", len(c.Units), c.Excluded)
+	}
+	var e Excluded
+	for _, x := range c.Excluded {
+		if x.PCIAddress == broken {
+			e = x
+		}
+	}
+	if e.Kind != ExcludedUnhealthy || !strings.Contains(e.Reason, "procfs "+info) {
+		t.Errorf("broken GPU excluded as %v: %q", e.Kind, e.Reason)
+	}
+}
