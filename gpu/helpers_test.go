@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -214,14 +213,4 @@ func (f hideFS) Lstat(name string) (fs.FileInfo, error) {
 		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
 	}
 	return fs.Lstat(f.fs, name)
-}
-
-// rel returns p relative to root, slash-separated.
-func rel(tb testing.TB, root, p string) string {
-	tb.Helper()
-	r, err := filepath.Rel(root, p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return path.Clean(filepath.ToSlash(r))
 }
