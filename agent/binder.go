@@ -219,12 +219,19 @@ func (b *binder) PreStart(ctx context.Context, ids []string) (err error) {
 	b.mu.Lock()
 	entry.DeviceIDs[container] = slices.Sorted(slices.Values(ids))
 	b.mu.Unlock()
-	if err := b.save(); err != nil {
+	// The record and the published values do not depend on each other:
+	// write them at once, since both wait on the disk.
+	var saveErr, pubErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { saveErr = b.save() })
+	wg.Go(func() { pubErr = b.publish(ids, entry, nics) })
+	wg.Wait()
+	if saveErr != nil {
 		b.rollback(ctx, pod.Key(), entry, created, fresh)
-		return err
+		return saveErr
 	}
-	if err := b.publish(ids, entry, nics); err != nil {
-		return err
+	if pubErr != nil {
+		return pubErr
 	}
 	b.logger.Info("bound pod", "pod", pod.Key(), "uid", pod.UID, "container", container,
 		"vni", entry.VNI, "scope", entry.Scope, "netns", netns, "nics", nicNames(nics))
@@ -399,7 +406,9 @@ func (b *binder) publish(ids []string, entry *checkpoint.Pod, nics []*nic) error
 	for _, kv := range env {
 		content.WriteString(kv + "\n")
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, EnvFileName), []byte(content.String()), 0o644); err != nil {
+	// Atomic but not synced: after a power loss the container is gone too,
+	// and a restart republishes.
+	if err := atomicfile.Replace(filepath.Join(dir, EnvFileName), []byte(content.String()), 0o644); err != nil {
 		return fmt.Errorf("publish environment: %w", err)
 	}
 	if b.cdi != nil {

@@ -117,7 +117,7 @@ const (
 	dev1 = "0000:41:00.0"
 )
 
-func newRig(t *testing.T, dir string, leaser *fakeLeaser, netns fakeNetns) *rig {
+func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig {
 	t.Helper()
 	if leaser == nil {
 		leaser = &fakeLeaser{held: map[string]uint16{}}
@@ -157,7 +157,7 @@ func newRig(t *testing.T, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 }
 
 // services lists the non-default services of one simulated NIC.
-func (r *rig) services(t *testing.T, nicName string) []cxi.Service {
+func (r *rig) services(t testing.TB, nicName string) []cxi.Service {
 	t.Helper()
 	all, err := r.b.nics[nicName].drv.List(t.Context())
 	if err != nil {

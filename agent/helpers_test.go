@@ -19,14 +19,17 @@ func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 }
 
 // testLogger sends log lines to the test's log.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tlogWriter struct{ t *testing.T }
+type tlogWriter struct{ t testing.TB }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(string(p))
 	return len(p), nil
 }
+
+// testLoggerDiscard is a logger for benchmarks.
+func testLoggerDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

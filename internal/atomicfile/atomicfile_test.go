@@ -9,8 +9,12 @@ import (
 func TestWriteFileReplacesWhole(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "state.json")
-	for _, content := range []string{"first", "second, longer content", "3"} {
-		if err := WriteFile(p, []byte(content), 0o600); err != nil {
+	for i, content := range []string{"first", "second, longer content", "3", "fourth"} {
+		write := WriteFile
+		if i%2 == 1 {
+			write = Replace
+		}
+		if err := write(p, []byte(content), 0o600); err != nil {
 			t.Fatalf("WriteFile: %v", err)
 		}
 		got, err := os.ReadFile(p)
@@ -31,5 +35,25 @@ func TestWriteFileReplacesWhole(t *testing.T) {
 func TestWriteFileMissingDir(t *testing.T) {
 	if err := WriteFile(filepath.Join(t.TempDir(), "no", "such"), []byte("x"), 0o600); err == nil {
 		t.Fatal("WriteFile into a missing directory succeeded")
+	}
+}
+
+func BenchmarkWriteFile(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "f")
+	data := make([]byte, 4096)
+	for b.Loop() {
+		if err := WriteFile(p, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReplace(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "f")
+	data := make([]byte, 4096)
+	for b.Loop() {
+		if err := Replace(p, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

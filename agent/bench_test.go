@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// timedDriver adds up the time spent in the driver, so benchmarks can
+// report the agent's own share of a bind apart from it.
+type timedDriver struct {
+	serviceDriver
+	mu    sync.Mutex
+	total time.Duration
+}
+
+func (d *timedDriver) time(start time.Time) {
+	d.mu.Lock()
+	d.total += time.Since(start)
+	d.mu.Unlock()
+}
+
+func (d *timedDriver) Create(ctx context.Context, s cxi.ServiceSpec) (cxi.Service, error) {
+	defer d.time(time.Now())
+	return d.serviceDriver.Create(ctx, s)
+}
+
+func (d *timedDriver) Destroy(ctx context.Context, id uint32) error {
+	defer d.time(time.Now())
+	return d.serviceDriver.Destroy(ctx, id)
+}
+
+func (d *timedDriver) Get(ctx context.Context, id uint32) (cxi.Service, error) {
+	defer d.time(time.Now())
+	return d.serviceDriver.Get(ctx, id)
+}
+
+// loopbackController serves a real controller (sqlite, group commit) over
+// gRPC on loopback and returns a client of it.
+func loopbackController(b *testing.B) *controllerclient.Client {
+	b.Helper()
+	ctx, cancel := context.WithCancel(b.Context())
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "controller.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := controller.New(st, nil, nil, controller.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer()
+	grpcapi.NewServer(svc, time.Minute).Register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := controllerclient.Dial(lis.Addr().String(), controllerclient.Options{Node: "n1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = svc.Run(ctx) })
+	wg.Go(func() { _ = g.Serve(lis) })
+	wg.Go(func() { _ = client.Run(ctx) })
+	b.Cleanup(func() {
+		cancel()
+		g.Stop()
+		wg.Wait()
+		_ = client.Close()
+		_ = st.Close()
+	})
+	return client
+}
+
+// BenchmarkPreStart binds one pod per iteration on two NICs (find pod,
+// lease its VNI from a controller on loopback, create two services,
+// record, publish) and cleans it up again, and reports the latency
+// percentiles with and without the time spent in the simulated driver.
+func BenchmarkPreStart(b *testing.B) {
+	r := newRig(b, b.TempDir(), nil, nil)
+	r.b.logger = testLoggerDiscard()
+	r.b.leaser = loopbackController(b)
+	drivers := map[string]*timedDriver{}
+	for name, n := range r.b.nics {
+		td := &timedDriver{serviceDriver: n.drv}
+		n.drv = td
+		drivers[name] = td
+	}
+	driverTime := func() time.Duration {
+		var total time.Duration
+		for _, d := range drivers {
+			d.mu.Lock()
+			total += d.total
+			d.mu.Unlock()
+		}
+		return total
+	}
+	netns := fakeNetns{}
+	r.b.netns = netns
+	var bind, bindOwn, cleanup []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		uid := fmt.Sprintf("uid-%d", i)
+		netns[uid] = uint32(4026540000 + i)
+		r.pods.set(pod("bench", fmt.Sprintf("p-%d", i), uid, "main", dev0, dev1))
+		d0, t0 := driverTime(), time.Now()
+		if err := r.b.PreStart(b.Context(), []string{dev0, dev1}); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(t0)
+		bind = append(bind, el)
+		bindOwn = append(bindOwn, el-(driverTime()-d0))
+
+		r.pods.set()
+		t1 := time.Now()
+		unlock := r.b.podLocks.Lock("bench/" + fmt.Sprintf("p-%d", i))
+		if !r.b.cleanupLocked(b.Context(), fmt.Sprintf("bench/p-%d", i)) {
+			b.Fatal("cleanup did not finish")
+		}
+		unlock()
+		cleanup = append(cleanup, time.Since(t1))
+	}
+	report := func(name string, ds []time.Duration) {
+		slices.Sort(ds)
+		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, name+"-p50-ms")
+		b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, name+"-p99-ms")
+	}
+	report("prestart", bind)
+	report("prestart-excl-driver", bindOwn)
+	report("cleanup", cleanup)
+}
