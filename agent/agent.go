@@ -75,6 +75,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		logger:   logger.With("component", "binder"),
 		nics:     map[string]*nic{},
 		devNIC:   map[string]string{},
+		resolve:  map[string]func([]string) ([]*nic, error){},
 		netns:    netns.Proc{Root: opts.ProcRoot},
 		allocDir: allocDir,
 		ckptPath: filepath.Join(opts.StateDir, CheckpointName),
@@ -174,6 +175,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
 	}
 	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
+	b.resolve[res.name] = b.nicsOf
 	server, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
 		Resource:   res,
 		PluginDir:  pluginDir,

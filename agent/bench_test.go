@@ -118,7 +118,7 @@ func BenchmarkPreStart(b *testing.B) {
 		netns[uid] = uint32(4026540000 + i)
 		r.pods.set(pod("bench", fmt.Sprintf("p-%d", i), uid, "main", dev0, dev1))
 		d0, t0 := driverTime(), time.Now()
-		if err := r.b.PreStart(b.Context(), []string{dev0, dev1}); err != nil {
+		if err := r.b.PreStart(b.Context(), res, []string{dev0, dev1}); err != nil {
 			b.Fatal(err)
 		}
 		el := time.Since(t0)

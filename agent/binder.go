@@ -83,7 +83,10 @@ type binder struct {
 	resource string
 	logger   *slog.Logger
 	nics     map[string]*nic   // by NIC name
-	devNIC   map[string]string // device ID → NIC name
+	devNIC   map[string]string // NIC resource device ID → NIC name
+	// resolve maps each served resource's device IDs to the NICs they
+	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
+	resolve map[string]func(ids []string) ([]*nic, error)
 	leaser   vniLeaser
 	pods     podFinder
 	netns    netnsFinder
@@ -162,15 +165,19 @@ func (b *binder) nicsOf(ids []string) ([]*nic, error) {
 // VNI, creates a service on each of its NICs with the pod's network
 // namespace as member, records it all, and publishes the late-bound
 // environment. It is idempotent: a restarted container finds its services.
-func (b *binder) PreStart(ctx context.Context, ids []string) (err error) {
+func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (err error) {
 	start := b.now()
 	defer func() { b.metrics.observePreStart(start, err) }()
 
-	nics, err := b.nicsOf(ids)
+	resolve := b.resolve[resource]
+	if resolve == nil {
+		return fmt.Errorf("resource %s is not served", resource)
+	}
+	nics, err := resolve(ids)
 	if err != nil {
 		return err
 	}
-	pod, container, err := b.findPod(ctx, ids)
+	pod, container, err := b.findPod(ctx, resource, ids)
 	if err != nil {
 		return err
 	}
@@ -217,7 +224,7 @@ func (b *binder) PreStart(ctx context.Context, ids []string) (err error) {
 		return err
 	}
 	b.mu.Lock()
-	entry.DeviceIDs[container] = slices.Sorted(slices.Values(ids))
+	entry.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
 	b.mu.Unlock()
 	// The record and the published values do not depend on each other:
 	// write them at once, since both wait on the disk.
@@ -238,17 +245,21 @@ func (b *binder) PreStart(ctx context.Context, ids []string) (err error) {
 	return nil
 }
 
+// allocationRecord keys a container's devices of one resource in the
+// checkpoint: "main@hpe.com/cxi".
+func allocationRecord(container, resource string) string { return container + "@" + resource }
+
 // findPod finds the pod and container holding ids, listing PodResources
 // again if the last snapshot does not have them yet.
-func (b *binder) findPod(ctx context.Context, ids []string) (*podwatch.Pod, string, error) {
-	if p, c, ok := b.pods.Latest().Find(b.resource, ids); ok {
+func (b *binder) findPod(ctx context.Context, resource string, ids []string) (*podwatch.Pod, string, error) {
+	if p, c, ok := b.pods.Latest().Find(resource, ids); ok {
 		return p, c, nil
 	}
 	snap, err := b.pods.Refresh(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("find the pod of devices %v: %w", ids, err)
 	}
-	if p, c, ok := snap.Find(b.resource, ids); ok {
+	if p, c, ok := snap.Find(resource, ids); ok {
 		return p, c, nil
 	}
 	return nil, "", fmt.Errorf("no pod holds devices %v according to the kubelet's PodResources", ids)

@@ -132,6 +132,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	b := &binder{
 		node: "n1", resource: res, logger: testLogger(t),
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},
+		resolve: map[string]func([]string) ([]*nic, error){},
 		leaser: leaser, pods: r.pods, netns: netns, cdi: cdiw,
 		allocDir: filepath.Join(dir, "containers"), ckptPath: filepath.Join(dir, CheckpointName),
 		metrics: m, now: time.Now,
@@ -147,6 +148,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		client := cxi.NewClient(countingDevice{Device: uapi.NewDevice(s), busy: m.busyRetries.WithLabelValues(name)}, cxi.WithDestroyRetry(fastRetry))
 		b.nics[name] = &nic{name: name, index: i, devPath: "/dev/" + name, drv: client}
 	}
+	b.resolve[res] = b.nicsOf
 	state, err := checkpoint.Load(b.ckptPath, "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +180,7 @@ func (r *rig) envFile(t *testing.T, ids ...string) string {
 func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0, dev1))
-	if err := r.b.PreStart(t.Context(), []string{dev1, dev0}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev1, dev0}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"cxi0", "cxi1"} {
@@ -211,7 +213,7 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 	}
 
 	// A container restart runs PreStart again: nothing new is made.
-	if err := r.b.PreStart(t.Context(), []string{dev0, dev1}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0, dev1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(r.services(t, "cxi0")) + len(r.services(t, "cxi1")); n != 2 {
@@ -222,7 +224,7 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 func TestPreStartWithoutNetnsNeverOpensMembership(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
-	err := r.b.PreStart(t.Context(), []string{dev0})
+	err := r.b.PreStart(t.Context(), res, []string{dev0})
 	if !errors.Is(err, ErrNoMember) {
 		t.Fatalf("PreStart = %v, want ErrNoMember", err)
 	}
@@ -236,7 +238,7 @@ func TestPreStartWithoutNetnsNeverOpensMembership(t *testing.T) {
 	// With a fallback GID configured, the GID is the member.
 	gid := cxi.Member{Type: cxi.MemberGID, ID: 5000}
 	r.b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses, fallback: &gid})
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
 	svcs := r.services(t, "cxi0")
@@ -247,10 +249,10 @@ func TestPreStartWithoutNetnsNeverOpensMembership(t *testing.T) {
 
 func TestPreStartUnknownPod(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{})
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err == nil || !strings.Contains(err.Error(), "no pod holds") {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err == nil || !strings.Contains(err.Error(), "no pod holds") {
 		t.Fatalf("PreStart = %v, want no-pod error", err)
 	}
-	if err := r.b.PreStart(t.Context(), []string{"0000:99:00.0"}); err == nil {
+	if err := r.b.PreStart(t.Context(), res, []string{"0000:99:00.0"}); err == nil {
 		t.Fatal("PreStart of an unknown device succeeded")
 	}
 }
@@ -259,7 +261,7 @@ func TestPreStartLeaseFailureLeavesNothing(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
 	r.leaser.failNext = errors.New("controller unavailable")
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err == nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err == nil {
 		t.Fatal("PreStart succeeded without a lease")
 	}
 	if len(r.services(t, "cxi0")) != 0 || len(r.b.state.Pods) != 0 {
@@ -271,7 +273,7 @@ func TestCleanupAfterPodExit(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0), pod("ns", "b", "uid-b", "main", dev1))
 	for _, id := range []string{dev0, dev1} {
-		if err := r.b.PreStart(t.Context(), []string{id}); err != nil {
+		if err := r.b.PreStart(t.Context(), res, []string{id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,7 +310,7 @@ func TestCleanupAfterPodExit(t *testing.T) {
 func TestCleanupRetriesBusyServices(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
 	id := r.b.state.Pods["ns/a"].Services[0].ID
@@ -345,13 +347,13 @@ func TestCleanupRetriesBusyServices(t *testing.T) {
 func TestReplacedPodIsRetiredFirst(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-1": 4026532001, "uid-2": 4026532002})
 	r.pods.set(pod("ns", "s-0", "uid-1", "main", dev0))
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
 	// The StatefulSet pod is recreated with a new UID before the exit of
 	// the old one was noticed.
 	r.pods.set(pod("ns", "s-0", "uid-2", "main", dev0))
-	if err := r.b.PreStart(t.Context(), []string{dev0}); err != nil {
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
 	svcs := r.services(t, "cxi0")
@@ -370,7 +372,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	r := newRig(t, dir, leaser, netns)
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0), pod("ns", "b", "uid-b", "main", dev1))
 	for _, id := range []string{dev0, dev1} {
-		if err := r.b.PreStart(t.Context(), []string{id}); err != nil {
+		if err := r.b.PreStart(t.Context(), res, []string{id}); err != nil {
 			t.Fatal(err)
 		}
 	}

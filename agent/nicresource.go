@@ -80,7 +80,7 @@ func (r *nicResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloca
 
 // PreStartContainer binds the container: see binder.PreStart.
 func (r *nicResource) PreStartContainer(ctx context.Context, ids []string) error {
-	return r.b.PreStart(ctx, ids)
+	return r.b.PreStart(ctx, r.name, ids)
 }
 
 // PreferredAllocation spreads a request over distinct NICs first: two

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -143,8 +144,13 @@ func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint
 		containers[c] = slices.Clone(ids)
 	}
 	b.mu.Unlock()
-	for _, ids := range containers {
-		if nics, err := b.nicsOf(ids); err == nil {
+	for rec, ids := range containers {
+		_, resource, _ := strings.Cut(rec, "@")
+		resolve := b.resolve[resource]
+		if resolve == nil {
+			continue // a resource no longer served
+		}
+		if nics, err := resolve(ids); err == nil {
 			if err := b.publish(ids, entry, nics); err != nil {
 				b.logger.Error("republish", "pod", key, "err", err)
 			}
