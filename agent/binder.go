@@ -86,7 +86,7 @@ type binder struct {
 	devNIC   map[string]string // NIC resource device ID → NIC name
 	// resolve maps each served resource's device IDs to the NICs they
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
-	resolve map[string]func(ids []string) ([]*nic, error)
+	resolve  map[string]func(ids []string) ([]*nic, error)
 	leaser   vniLeaser
 	pods     podFinder
 	netns    netnsFinder

@@ -133,7 +133,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		node: "n1", resource: res, logger: testLogger(t),
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},
 		resolve: map[string]func([]string) ([]*nic, error){},
-		leaser: leaser, pods: r.pods, netns: netns, cdi: cdiw,
+		leaser:  leaser, pods: r.pods, netns: netns, cdi: cdiw,
 		allocDir: filepath.Join(dir, "containers"), ckptPath: filepath.Join(dir, CheckpointName),
 		metrics: m, now: time.Now,
 	}
