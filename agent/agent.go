@@ -30,6 +30,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
+	"github.com/slingshot-k8s/slingshot/gpu"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
 
@@ -126,6 +127,42 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		b.cdi = w
 	}
 
+	inv := newInventory(served, cfg.NICResource.SharesPerNIC)
+	for _, n := range served {
+		m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
+	}
+	var units *unitResource
+	if len(cfg.GPU.MachineTypes) > 0 {
+		var notes []string
+		units, notes, err = newUnitResource(b, cfg, opts.NodeName, os.DirFS(opts.SysfsRoot), os.DirFS(opts.ProcRoot),
+			os.DirFS(opts.DevRoot), opts.DevRoot, served, inv)
+		for _, note := range notes {
+			logger.Info("GPU machine types", "note", note)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if units != nil {
+		inv.unitNICs = map[string]bool{}
+		for _, u := range units.carving.Units {
+			for _, n := range u.NICs {
+				inv.unitNICs[n.Name] = true
+			}
+		}
+		for id, name := range b.devNIC {
+			if inv.unitNICs[name] {
+				delete(b.devNIC, id) // the NIC resource does not offer unit NICs
+			}
+		}
+		b.resolve[units.name] = units.resolve
+		logger.Info("GPU machine type", "resource", units.name, "units", len(units.carving.Units), "mode", units.mode,
+			"excluded_gpus", len(units.carving.Excluded), "nic_resource_nics", len(served)-len(inv.unitNICs))
+	}
+	resources := []string{cfg.NICResource.Name}
+	if units != nil {
+		resources = append(resources, units.name)
+	}
 	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
 	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	if err != nil {
@@ -134,7 +171,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	closers = append(closers, conn)
 	watcher := podwatch.New(podwatch.Config{
 		Lister:       lister,
-		Resources:    []string{cfg.NICResource.Name},
+		Resources:    resources,
 		PluginDir:    pluginDir,
 		PollInterval: cfg.PodResources.PollInterval.Duration,
 		Logger:       logger.With("component", "podwatch"),
@@ -169,11 +206,10 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
 		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
 	reg.MustRegister(newStateCollector(b))
-
-	inv := newInventory(served, cfg.NICResource.SharesPerNIC)
-	for _, n := range served {
-		m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
+	if units != nil {
+		reg.MustRegister(newUnitCollector(units, func() map[string]bool { return heldIDs(watcher.Latest(), units.name) }))
 	}
+
 	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
 	b.resolve[res.name] = b.nicsOf
 	server, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
@@ -186,6 +222,21 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		return fail(err)
 	}
 	server.Update(inv.devices())
+	servers := []*deviceplugin.Server{server}
+	var unitServer *deviceplugin.Server
+	if units != nil {
+		unitServer, err = deviceplugin.NewServer(deviceplugin.ServerConfig{
+			Resource:   units,
+			PluginDir:  pluginDir,
+			Logger:     logger.With("component", "deviceplugin"),
+			Registerer: reg,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		unitServer.Update(units.devices())
+		servers = append(servers, unitServer)
+	}
 
 	mon := health.New(health.Config{
 		Targets:      inv.healthTargets(opts.SysfsRoot),
@@ -195,7 +246,13 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	})
 
 	var ready atomic.Bool
-	report := func(ctx context.Context) *inspect.Report { return b.report(ctx, inv, ready.Load(), watcher) }
+	report := func(ctx context.Context) *inspect.Report {
+		r := b.report(ctx, inv, ready.Load(), watcher)
+		if units != nil {
+			r.Units = units.report(heldIDs(watcher.Latest(), units.name))
+		}
+		return r
+	}
 	httpSrv, lis, err := serveHTTP(opts.MetricsAddr, reg, &ready, server, report)
 	if err != nil {
 		return fail(err)
@@ -229,6 +286,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 			if inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
 				logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
 				server.Update(inv.devices())
+				if unitServer != nil {
+					unitServer.Update(units.devices())
+				}
 			}
 			m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
 		}
@@ -237,6 +297,16 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	if opts.Config != "" {
 		w, err := config.NewWatcher(opts.Config, logger.With("component", "config"), reg, func(c config.Config) {
 			b.setPolicy(policyFrom(c))
+			if units != nil {
+				a, err := gpu.ForNode(c.GPU, opts.NodeName)
+				switch {
+				case err != nil || a.ResourceName != units.name:
+					logger.Warn("a change of this node's machine type takes effect at the next agent start")
+				case units.setMode(a.Mode):
+					logger.Info("node pool mode changed", "mode", a.Mode, "resource", units.name)
+					unitServer.Update(units.devices())
+				}
+			}
 			if c.NICResource != cfg.NICResource || c.CDIEnabled() != cfg.CDIEnabled() || c.CDI.SpecDir != cfg.CDI.SpecDir {
 				logger.Warn("resource name, shares and CDI settings take effect at the next agent start")
 			}
@@ -246,7 +316,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		}
 		g.Go(func() error { return w.Run(gctx) })
 	}
-	g.Go(func() error { return deviceplugin.RunAll(gctx, server) })
+	g.Go(func() error { return deviceplugin.RunAll(gctx, servers...) })
 	ready.Store(true)
 	m.ready.Set(1)
 	logger.Info("agent ready", "node", opts.NodeName, "nics", len(served), "resource", res.name, "driver", opts.CXIDriver)
@@ -320,6 +390,9 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *de
 type inventory struct {
 	shares int
 	nics   []sysfs.NIC
+	// unitNICs belong to GPU units: the NIC resource does not advertise
+	// them, but their health still counts.
+	unitNICs map[string]bool
 
 	mu     sync.Mutex
 	health map[string]nicHealth
@@ -357,11 +430,23 @@ func (inv *inventory) setHealth(name string, healthy bool, reason string) bool {
 	return old.healthy != healthy
 }
 
+// healthy reports a NIC's health.
+func (inv *inventory) healthy(name string) bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.health[name].healthy
+}
+
+// devices are the NIC resource's devices: every share of every NIC that
+// no GPU unit holds.
 func (inv *inventory) devices() []deviceplugin.Device {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	var devs []deviceplugin.Device
 	for _, n := range inv.nics {
+		if inv.unitNICs[n.Name] {
+			continue
+		}
 		for s := range inv.shares {
 			devs = append(devs, deviceplugin.Device{
 				ID:        nicDeviceID(n, s, inv.shares),
@@ -399,6 +484,19 @@ func numaNodes(n int) []int64 {
 		return nil
 	}
 	return []int64{int64(n)}
+}
+
+// heldIDs are the device IDs of resource that pods hold.
+func heldIDs(snap *podwatch.Snapshot, resource string) map[string]bool {
+	held := map[string]bool{}
+	for _, p := range snap.Pods {
+		for _, byRes := range p.Containers {
+			for _, id := range byRes[resource] {
+				held[id] = true
+			}
+		}
+	}
+	return held
 }
 
 // report builds the inspect view.

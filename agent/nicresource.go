@@ -53,18 +53,24 @@ func (r *nicResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloca
 	if err != nil {
 		return nil, err
 	}
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	r.b.addSlingshot(resp, ids, nics)
+	return resp, nil
+}
+
+// addSlingshot adds to an Allocate response what a container needs for its
+// NICs: their device nodes, the environment already known, the
+// per-container directory and the CDI device that will carry the
+// late-bound values. Both the NIC resource and the GPU units use it.
+func (b *binder) addSlingshot(resp *pluginapi.ContainerAllocateResponse, ids []string, nics []*nic) {
 	key := cdispec.AllocationKey(ids)
-	resp := &pluginapi.ContainerAllocateResponse{
-		Envs: map[string]string{
-			EnvDevices: strings.Join(nicNames(nics), ","),
-			EnvTCs:     r.b.policy().tcs.String(),
-		},
-		Mounts: []*pluginapi.Mount{{
-			ContainerPath: ContainerDir,
-			HostPath:      filepath.Join(r.b.allocDir, key),
-			ReadOnly:      true,
-		}},
-	}
+	resp.Envs[EnvDevices] = strings.Join(nicNames(nics), ",")
+	resp.Envs[EnvTCs] = b.policy().tcs.String()
+	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
+		ContainerPath: ContainerDir,
+		HostPath:      filepath.Join(b.allocDir, key),
+		ReadOnly:      true,
+	})
 	for _, n := range nics {
 		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{
 			ContainerPath: "/dev/" + n.name,
@@ -72,10 +78,9 @@ func (r *nicResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloca
 			Permissions:   "rw",
 		})
 	}
-	if r.b.cdi != nil {
-		resp.CdiDevices = []*pluginapi.CDIDevice{{Name: r.b.cdi.DeviceName(key)}}
+	if b.cdi != nil {
+		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: b.cdi.DeviceName(key)})
 	}
-	return resp, nil
 }
 
 // PreStartContainer binds the container: see binder.PreStart.

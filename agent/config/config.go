@@ -112,6 +112,16 @@ type GPU struct {
 	MachineTypes []MachineType `json:"machineTypes,omitempty"`
 	// NodePool assigns this cluster's nodes a machine type and a mode.
 	NodePool []NodePoolEntry `json:"nodePool,omitempty"`
+	// CDI names a unit's GPUs by the vendor's CDI devices
+	// (nvidia.com/gpu=..., amd.com/gpu=...), which the NVIDIA or AMD
+	// container toolkit's spec on the node must provide, instead of
+	// mapping device nodes. Default false.
+	CDI bool `json:"cdi,omitempty"`
+	// SelectBy names GPUs to the runtime by "index" (default) or "uuid".
+	SelectBy string `json:"selectBy,omitempty"`
+	// ShareNICs lets units share a NUMA node's NICs when there are fewer
+	// NICs than units need; by default such units are not offered.
+	ShareNICs bool `json:"shareNICs,omitempty"`
 }
 
 // MachineType is a bundle of GPUs offered as one unit.
@@ -288,6 +298,9 @@ func (g *GPU) validate() []error {
 	}
 	if !domain.MatchString(g.Domain) {
 		bad("gpu.domain", "%q is not a DNS domain", g.Domain)
+	}
+	if g.SelectBy != "" && g.SelectBy != "index" && g.SelectBy != "uuid" {
+		bad("gpu.selectBy", "%q is not index or uuid", g.SelectBy)
 	}
 	types := map[string]bool{}
 	for i, mt := range g.MachineTypes {

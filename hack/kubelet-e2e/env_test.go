@@ -72,9 +72,13 @@ type node struct {
 }
 
 func newNode(t *testing.T, name string, nics, numa int) *node {
+	return newNodeSpec(t, name, mocksysfs.Spec{NICs: nics, NUMANodes: numa, Seed: 7})
+}
+
+func newNodeSpec(t *testing.T, name string, spec mocksysfs.Spec) *node {
 	t.Helper()
 	dir := t.TempDir()
-	truth, err := mocksysfs.Write(filepath.Join(dir, "machine"), mocksysfs.Spec{NICs: nics, NUMANodes: numa, Seed: 7})
+	truth, err := mocksysfs.Write(filepath.Join(dir, "machine"), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +86,7 @@ func newNode(t *testing.T, name string, nics, numa int) *node {
 		t: t, name: name, dir: dir, truth: truth,
 		kubeDir:  filepath.Join(dir, "kubelet"),
 		stateDir: filepath.Join(dir, "state"),
-		procDir:  filepath.Join(dir, "proc"),
+		procDir:  truth.ProcRoot, // the mock's NVIDIA driver files, and our pods' processes
 		cdiDir:   filepath.Join(dir, "cdi"),
 		config:   filepath.Join(dir, "agent.yaml"),
 		nextPID:  1000,
@@ -312,14 +316,19 @@ var podSeq int
 // newPod returns a pod whose one container asks for count NICs. owner, if
 // set, is the controlling owner (a Job).
 func newPod(ns, name string, count int, owner *metav1.OwnerReference) *v1.Pod {
+	return newPodFor(nicResource, ns, name, count, owner)
+}
+
+// newPodFor is newPod for any resource.
+func newPodFor(res v1.ResourceName, ns, name string, count int, owner *metav1.OwnerReference) *v1.Pod {
 	podSeq++
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(fmt.Sprintf("0b7c6e4a-0000-4000-8000-%012d", podSeq))},
 		Spec: v1.PodSpec{Containers: []v1.Container{{
 			Name: "main",
 			Resources: v1.ResourceRequirements{
-				Limits:   v1.ResourceList{nicResource: *resource.NewQuantity(int64(count), resource.DecimalSI)},
-				Requests: v1.ResourceList{nicResource: *resource.NewQuantity(int64(count), resource.DecimalSI)},
+				Limits:   v1.ResourceList{res: *resource.NewQuantity(int64(count), resource.DecimalSI)},
+				Requests: v1.ResourceList{res: *resource.NewQuantity(int64(count), resource.DecimalSI)},
 			},
 		}}},
 	}
