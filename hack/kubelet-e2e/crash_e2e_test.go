@@ -21,14 +21,14 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 	ctx := t.Context()
 	n := newNode(t, "node-churn", 4, 2)
 	// Eight shares per NIC: 32 pods can hold a NIC at once.
-	cfg := fmt.Sprintf("nicResource: {sharesPerNIC: 8}\npodResources: {pollInterval: 100ms}\nhealth: {pollInterval: 100ms}\ncdi: {specDir: %s}\ncleanup: {busyInterval: 10ms, retryStuckEvery: 1s}\n", n.cdiDir)
-	if err := os.WriteFile(n.config, []byte(cfg), 0o644); err != nil {
+	cfg := fmt.Sprintf("nicResource: {sharesPerNIC: 8}\npodResources: {pollInterval: 100ms}\nhealth: {pollInterval: 100ms}\ncdi: {specDir: %s}\ncleanup: {busyInterval: 10ms, retryStuckEvery: 1s}\n", n.CDIDir)
+	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.startKubelet(ctx)
-	agent := n.startAgent()
+	n.StartKubelet(ctx)
+	agent := n.StartAgent()
 	eventually(t, 10*time.Second, "registered", func() (bool, string) {
-		c, _ := n.kubelet.Capacity(nicResource)
+		c, _ := n.Kubelet.Capacity(nicResource)
 		return c == 32, itoa(c)
 	})
 
@@ -54,10 +54,10 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 				killed.Go(kill)
 			}
 			// Admit one pod, and every third round remove the oldest.
-			p := newPod("churn", fmt.Sprintf("p-%d", podSeq+1), 1, nil)
-			ns := uint32(4026533000 + podSeq)
-			n.startSandbox(p, ns)
-			if _, err := n.kubelet.Admit(ctx, p); err == nil {
+			p := newPod("churn", fmt.Sprintf("p-%d", i), 1, nil)
+			ns := uint32(4026533000 + i)
+			n.StartSandbox(p, ns)
+			if _, err := n.Kubelet.Admit(ctx, p); err == nil {
 				mu.Lock()
 				live[string(p.UID)] = p
 				netnsOf[string(p.UID)] = ns
@@ -76,22 +76,22 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 				}
 				mu.Unlock()
 				if oldest != nil {
-					n.kubelet.RemovePod(oldest.UID)
+					n.Kubelet.RemovePod(oldest.UID)
 				}
 			}
 		}
 	}
-	churn(ctx, 24, 14, agent.kill)
+	churn(ctx, 24, 14, agent.Kill)
 	killed.Wait()
 	t.Logf("churn done: %d live pods", len(live))
 
-	n.startAgent()
+	n.StartAgent()
 	eventually(t, 15*time.Second, "services match the live pods", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		byNetns := map[uint32]int{}
 		total := 0
-		for nic, svcs := range n.allServices() {
+		for nic, svcs := range n.AllServices() {
 			for _, s := range svcs {
 				total++
 				if len(s.Members) != 1 || s.Members[0].Type != cxi.MemberNetNS {
@@ -112,8 +112,8 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 	})
 	// Every pod admitted after the restart binds as usual.
 	p := newPod("churn", "after-restart", 1, nil)
-	n.startSandbox(p, 4026534999)
-	if _, err := n.kubelet.Admit(ctx, p); err != nil {
+	n.StartSandbox(p, 4026534999)
+	if _, err := n.Kubelet.Admit(ctx, p); err != nil {
 		t.Fatalf("admit after restart: %v", err)
 	}
 }

@@ -26,22 +26,22 @@ gpu:
   - {name: compute-xlarge, cpu: "32", memory: 256Gi, gpu: {type: nvidia, count: 2, family: H100}, nicsPerUnit: 1}
   nodePool:
   - {node: gpu-node, mode: %s, machineType: compute-xlarge}
-`, n.cdiDir, mode)
-		tmp := n.config + ".tmp"
+`, n.CDIDir, mode)
+		tmp := n.Config + ".tmp"
 		if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(tmp, n.config); err != nil {
+		if err := os.Rename(tmp, n.Config); err != nil {
 			t.Fatal(err)
 		}
 	}
 	writeConfig("ready")
-	n.startKubelet(ctx)
-	n.startAgent()
+	n.StartKubelet(ctx)
+	n.StartAgent()
 	const mt = "hpe.com/compute-xlarge"
 	capacity := func(res string, wantCap, wantAlloc int64) func() (bool, string) {
 		return func() (bool, string) {
-			c, a := n.kubelet.Capacity(res)
+			c, a := n.Kubelet.Capacity(res)
 			return c == wantCap && a == wantAlloc, fmt.Sprintf("%s %d/%d", res, c, a)
 		}
 	}
@@ -50,8 +50,8 @@ gpu:
 	eventually(t, 10*time.Second, "no free NIC", capacity(nicResource, 0, 0))
 
 	pod := newPodFor(mt, "ml", "trainer-0", 1, nil)
-	n.startSandbox(pod, 4026536001)
-	opts, err := n.kubelet.Admit(ctx, pod)
+	n.StartSandbox(pod, 4026536001)
+	opts, err := n.Kubelet.Admit(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,20 +73,20 @@ gpu:
 	if len(gpus) != 2 || len(cxis) != 1 || env["NVIDIA_VISIBLE_DEVICES"] == "" || env["SLINGSHOT_DEVICES"] != cxis[0] {
 		t.Fatalf("unit gave GPUs %v, NICs %v, env %v", gpus, cxis, env)
 	}
-	svcs := n.services(cxis[0])
+	svcs := n.Services(cxis[0])
 	if len(svcs) != 1 || svcs[0].Members[0].ID != 4026536001 || svcs[0].VNIs[0] < 1024 {
 		t.Fatalf("services on %s = %+v", cxis[0], svcs)
 	}
 	// The unit's GPUs and NIC share a NUMA node.
 	numa := map[int]bool{}
-	for _, g := range n.truth.GPUs {
+	for _, g := range n.Truth.GPUs {
 		for _, name := range gpus {
 			if fmt.Sprintf("nvidia%d", g.Minor) == name {
 				numa[g.NUMANode] = true
 			}
 		}
 	}
-	for _, nic := range n.truth.NICs {
+	for _, nic := range n.Truth.NICs {
 		if nic.Name == cxis[0] {
 			numa[nic.NUMANode] = true
 		}
@@ -98,14 +98,14 @@ gpu:
 	// Maintenance: nothing allocatable, the running pod keeps its service.
 	writeConfig("maintenance")
 	eventually(t, 10*time.Second, "maintenance", capacity(mt, 4, 0))
-	if len(n.services(cxis[0])) != 1 {
+	if len(n.Services(cxis[0])) != 1 {
 		t.Fatal("maintenance touched a running pod's service")
 	}
 	writeConfig("ready")
 	eventually(t, 10*time.Second, "ready again", capacity(mt, 4, 4))
 
-	n.kubelet.RemovePod(pod.UID)
+	n.Kubelet.RemovePod(pod.UID)
 	eventually(t, 5*time.Second, "unit service gone", func() (bool, string) {
-		return len(n.services(cxis[0])) == 0, "service left"
+		return len(n.Services(cxis[0])) == 0, "service left"
 	})
 }

@@ -18,12 +18,12 @@ import (
 func TestKubeletEndToEnd(t *testing.T) {
 	ctx := t.Context()
 	n := newNode(t, "node-a", 4, 2)
-	n.startKubelet(ctx)
-	agent := n.startAgent()
+	n.StartKubelet(ctx)
+	agent := n.StartAgent()
 
 	capacity := func(wantCap, wantAlloc int64) func() (bool, string) {
 		return func() (bool, string) {
-			c, a := n.kubelet.Capacity(nicResource)
+			c, a := n.Kubelet.Capacity(nicResource)
 			return c == wantCap && a == wantAlloc, "capacity " + itoa(c) + " allocatable " + itoa(a)
 		}
 	}
@@ -32,11 +32,11 @@ func TestKubeletEndToEnd(t *testing.T) {
 	})
 
 	t.Run("health", func(t *testing.T) {
-		if err := mocksysfs.SetLink(n.truth.Dir, "cxi2", false); err != nil {
+		if err := mocksysfs.SetLink(n.Truth.Dir, "cxi2", false); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 10*time.Second, "link down lowers allocatable", capacity(4, 3))
-		if err := mocksysfs.SetLink(n.truth.Dir, "cxi2", true); err != nil {
+		if err := mocksysfs.SetLink(n.Truth.Dir, "cxi2", true); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 10*time.Second, "link up restores allocatable", capacity(4, 4))
@@ -44,13 +44,13 @@ func TestKubeletEndToEnd(t *testing.T) {
 
 	pod := newPod("team-a", "solver-0", 2, nil)
 	t.Run("allocate and prestart", func(t *testing.T) {
-		n.startSandbox(pod, 4026532101)
-		opts, err := n.kubelet.Admit(ctx, pod)
+		n.StartSandbox(pod, 4026532101)
+		opts, err := n.Kubelet.Admit(ctx, pod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := opts["main"]
-		ids := n.kubelet.Devices(pod, "main", nicResource)
+		ids := n.Kubelet.Devices(pod, "main", nicResource)
 		if len(ids) != 2 || len(o.Devices) != 2 {
 			t.Fatalf("devices %v, device specs %+v; want 2", ids, o.Devices)
 		}
@@ -60,7 +60,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 		for _, d := range o.Devices {
 			name := filepath.Base(d.PathOnHost)
 			nicNames = append(nicNames, name)
-			for _, nic := range n.truth.NICs {
+			for _, nic := range n.Truth.NICs {
 				if nic.Name == name {
 					numa[nic.NUMANode] = true
 				}
@@ -92,7 +92,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 		// One service per NIC, only this pod's netns, on its VNI.
 		var vni uint16
 		for _, name := range nicNames {
-			svcs := n.services(name)
+			svcs := n.Services(name)
 			if len(svcs) != 1 {
 				t.Fatalf("%s services = %+v, want 1", name, svcs)
 			}
@@ -113,45 +113,45 @@ func TestKubeletEndToEnd(t *testing.T) {
 
 	t.Run("request larger than capacity", func(t *testing.T) {
 		big := newPod("team-b", "greedy", 5, nil)
-		before := n.allServices()
-		if _, err := n.kubelet.Admit(ctx, big); err == nil {
+		before := n.AllServices()
+		if _, err := n.Kubelet.Admit(ctx, big); err == nil {
 			t.Fatal("a pod asking for 5 of 4 NICs was admitted")
 		}
-		if len(n.kubelet.Devices(big, "main", nicResource)) != 0 {
+		if len(n.Kubelet.Devices(big, "main", nicResource)) != 0 {
 			t.Fatal("the refused pod holds devices")
 		}
-		if after := n.allServices(); len(after) != len(before) {
+		if after := n.AllServices(); len(after) != len(before) {
 			t.Fatalf("services changed by a refused pod: %v → %v", before, after)
 		}
 	})
 
 	t.Run("kubelet restart", func(t *testing.T) {
-		held := n.kubelet.Devices(pod, "main", nicResource)
-		if err := n.kubelet.Stop(); err != nil {
+		held := n.Kubelet.Devices(pod, "main", nicResource)
+		if err := n.Kubelet.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		n.startKubelet(ctx, pod)
+		n.StartKubelet(ctx, pod)
 		eventually(t, 10*time.Second, "capacity back after a kubelet restart", capacity(4, 4))
 		t.Logf("capacity back %v after the kubelet restarted", time.Since(start))
-		if got := n.kubelet.Devices(pod, "main", nicResource); !slices.Equal(got, held) {
+		if got := n.Kubelet.Devices(pod, "main", nicResource); !slices.Equal(got, held) {
 			t.Fatalf("devices after restart %v, want %v from the checkpoint", got, held)
 		}
 		// The container restarts: PreStart runs again and finds its services.
-		before := n.allServices()
-		if _, err := n.kubelet.StartContainers(ctx, pod); err != nil {
+		before := n.AllServices()
+		if _, err := n.Kubelet.StartContainers(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		if after := n.allServices(); !sameServices(before, after) {
+		if after := n.AllServices(); !sameServices(before, after) {
 			t.Fatalf("a container restart changed the services: %v → %v", before, after)
 		}
 	})
 
 	t.Run("pod removal", func(t *testing.T) {
 		start := time.Now()
-		n.kubelet.RemovePod(pod.UID)
+		n.Kubelet.RemovePod(pod.UID)
 		eventually(t, 2*time.Second, "services gone after the pod exits", func() (bool, string) {
-			s := n.allServices()
+			s := n.AllServices()
 			return len(s) == 0, "services left on " + itoa(int64(len(s))) + " NICs"
 		})
 		t.Logf("services destroyed %v after the pod was removed", time.Since(start))
@@ -178,4 +178,3 @@ func sameServices(a, b map[string][]cxi.Service) bool {
 	return true
 }
 
-func itoa(v int64) string { return strconvFormat(v) }
