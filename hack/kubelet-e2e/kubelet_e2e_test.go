@@ -177,4 +177,3 @@ func sameServices(a, b map[string][]cxi.Service) bool {
 	}
 	return true
 }
-
