@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
 LDFLAGS   ?= -s -w
 
-.PHONY: all build test e2e check lint bench fuzz generate clean
+.PHONY: all build test e2e demo check lint bench fuzz generate clean
 
 all: build
 
@@ -26,6 +26,11 @@ test:
 ## (their own Go module, so the project's go.mod stays lean)
 e2e:
 	cd hack/kubelet-e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+
+## demo: the agent on a simulated node, driven by the kubelet's own device
+## manager: registration, pods of two jobs, services, metrics, cleanup
+demo:
+	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command)
 check: test e2e
