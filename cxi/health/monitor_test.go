@@ -154,6 +154,9 @@ func TestMonitorLinkEventTriggersReread(t *testing.T) {
 	if ev := nextEvent(t, m); ev.Healthy {
 		t.Fatalf("after the source stopped: %+v, want unhealthy", ev)
 	}
+	// The source logs its end after it received the error; wait for that
+	// before stopping, or the stop may reach it first.
+	logs.waitFor(t, "netlink link events stopped, continuing without it")
 	stop()
 	if logs.count("ignoring a malformed message") != 1 {
 		t.Errorf("malformed message not logged:\n%s", logs)

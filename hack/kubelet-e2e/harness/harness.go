@@ -5,6 +5,7 @@
 package harness
 
 import (
+	"errors"
 	"bufio"
 	"context"
 	"crypto/ecdsa"
@@ -303,6 +304,21 @@ func (a *Agent) Stop() {
 		_ = a.cmd.Process.Kill()
 		<-a.done
 	}
+}
+
+// RSS returns the agent process's resident memory in bytes (VmRSS).
+func (a *Agent) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
 }
 
 // Kill sends SIGKILL, as a crash or an OOM kill would.
