@@ -5,7 +5,6 @@
 package harness
 
 import (
-	"errors"
 	"bufio"
 	"context"
 	"crypto/ecdsa"
@@ -15,6 +14,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
