@@ -75,7 +75,7 @@ func (w *Writer) Write(key string, edits Edits) error {
 		dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, &cdispecs.DeviceNode{Path: n})
 	}
 	spec := &cdispecs.Spec{Version: cdispecs.CurrentVersion, Kind: w.kind, Devices: []cdispecs.Device{dev}}
-	version, err := cdi.MinimumRequiredVersion(spec)
+	version, err := cdispecs.MinimumRequiredVersion(spec)
 	if err != nil {
 		return fmt.Errorf("cdi spec version: %w", err)
 	}
