@@ -135,9 +135,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			r.fail("render %s: %v", variant.Name, err)
 			continue
 		}
+		var objs []*Object
 		for _, m := range rendered {
-			r.object(ctx, v, "render "+variant.Name+": "+m.Source, []byte(m.Content))
+			if o := r.object(ctx, v, "render "+variant.Name+": "+m.Source, []byte(m.Content)); o != nil {
+				objs = append(objs, o)
+			}
 		}
+		r.consistency("render "+variant.Name, objs, variant.External)
 	}
 	for _, dir := range []string{manifestsDir, crdDir, examplesDir} {
 		files, err := readDir(filepath.Join(*root, dir))
@@ -145,8 +149,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		for _, f := range files {
+			var objs []*Object
 			for i, doc := range splitDocuments(f.data) {
-				r.object(ctx, v, fmt.Sprintf("%s/%s#%d", dir, f.name, i), doc)
+				if o := r.object(ctx, v, fmt.Sprintf("%s/%s#%d", dir, f.name, i), doc); o != nil {
+					objs = append(objs, o)
+				}
+			}
+			if dir == manifestsDir {
+				r.consistency(filepath.Join(dir, f.name), objs, nil)
 			}
 		}
 	}
@@ -194,14 +204,16 @@ func (r *report) addCRDs(ctx context.Context, v *Validator, source string, data 
 	}
 }
 
-func (r *report) object(ctx context.Context, v *Validator, source string, doc []byte) {
+// object validates one document and returns it decoded (nil when it is
+// empty or cannot be decoded).
+func (r *report) object(ctx context.Context, v *Validator, source string, doc []byte) *Object {
 	o, err := Decode(doc)
 	if err != nil {
 		r.fail("%s: %v", source, err)
-		return
+		return nil
 	}
 	if o == nil {
-		return
+		return nil
 	}
 	r.objects++
 	for _, err := range v.Validate(ctx, o) {
@@ -209,6 +221,17 @@ func (r *report) object(ctx context.Context, v *Validator, source string, doc []
 	}
 	for _, err := range checkAgentConfig(o) {
 		r.fail("%s: %s: %v", source, o, err)
+	}
+	return o
+}
+
+func (r *report) consistency(source string, objs []*Object, external []string) {
+	ext := map[string]bool{}
+	for _, e := range external {
+		ext[e] = true
+	}
+	for _, err := range Consistency(objs, ext) {
+		r.fail("%s: %v", source, err)
 	}
 }
 

@@ -22,6 +22,9 @@ const (
 type Variant struct {
 	Name   string
 	Values map[string]any
+	// External are objects the values name that the cluster must already
+	// have, as "Kind/name".
+	External []string
 }
 
 // Variants are the value sets CI renders: the defaults (also the plain
@@ -63,7 +66,7 @@ func Variants() []Variant {
 			"metacontroller": map[string]any{"enabled": true},
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"networkPolicy":  map[string]any{"enabled": true},
-		}},
+		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
 		{Name: "embedded-controller", Values: map[string]any{
 			"controller": map[string]any{"enabled": false},
 		}},
