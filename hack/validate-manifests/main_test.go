@@ -410,3 +410,15 @@ spec:
 		})
 	}
 }
+
+// TestRun is the CI check: the full validation of the repository's chart,
+// manifests, CRDs and examples, and the staleness check of the generated
+// files, exactly as `go run .` does it.
+func TestRun(t *testing.T) {
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-root", "../.."}, &out)
+	t.Log(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -52,6 +52,7 @@ func Variants() []Variant {
 			},
 			"controller": map[string]any{
 				"podVNIRange":    "60000-65535",
+				"ipPools":        "hsn0=10.150.0.0/16:/24",
 				"tls":            map[string]any{"secretName": "slingshot-controller-tls"},
 				"persistence":    map[string]any{"existingClaim": "leases", "storageClassName": "fast"},
 				"extraArgs":      []any{"--log-level=debug"},
