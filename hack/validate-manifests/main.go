@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("validate-manifests", flag.ContinueOnError)
 	root := fs.String("root", "../..", "the repository's root `directory`")
 	write := fs.Bool("write", false, "regenerate the plain manifests, the chart's crds/ and its README values table, then validate")
+	print := fs.String("print", "", "print the chart rendered with the values of this `variant` (defaults, all-features, embedded-controller, sim-unprivileged) and exit")
 	specDir := fs.String("openapi-dir", "", "`directory` of the Kubernetes OpenAPI v3 documents (default: api/openapi-spec/v3 of "+kubernetesModule+" in the Go module cache)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -68,6 +69,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	ch, err := LoadChart(filepath.Join(*root, chartDir))
 	if err != nil {
 		return err
+	}
+	if *print != "" {
+		for _, variant := range Variants() {
+			if variant.Name != *print {
+				continue
+			}
+			rendered, err := Render(ch, variant.Values)
+			if err != nil {
+				return err
+			}
+			for _, m := range rendered {
+				fmt.Fprintf(stdout, "---\n# Source: %s\n%s\n", m.Source, m.Content)
+			}
+			return nil
+		}
+		return fmt.Errorf("no variant %q", *print)
 	}
 	gen, err := Generated(*root, ch)
 	if err != nil {
