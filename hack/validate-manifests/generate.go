@@ -50,6 +50,9 @@ metadata:
   name: %s
   labels:
     app.kubernetes.io/part-of: slingshot
+    # The agent needs host namespaces, host paths and privileges (see the
+    # chart's README); Pod Security admission must admit it here.
+    pod-security.kubernetes.io/enforce: privileged
 `, chartDir, releaseName, releaseNamespace, manifestsDir, releaseNamespace)
 	for _, f := range crds {
 		fmt.Fprintf(&b, "---\n# Source: %s/%s\n%s\n", crdDir, f.name, strings.TrimSpace(string(f.data)))
