@@ -422,3 +422,10 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestValuesDocsRejectsComplexKeys(t *testing.T) {
+	// Found by FuzzValuesDocs: a sequence as a key gave a row without a key.
+	if _, err := ValuesDocs([]byte("# --\n? [a]\n: b\n")); err == nil || !strings.Contains(err.Error(), "not a plain name") {
+		t.Errorf("err %v; want a complex key refused", err)
+	}
+}

@@ -38,6 +38,10 @@ func ValuesDocs(data []byte) ([]ValueDoc, error) {
 	walk = func(prefix string, m *yamlv3.Node) {
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			k, v := m.Content[i], m.Content[i+1]
+			if k.Kind != yamlv3.ScalarNode || k.Value == "" {
+				errs = append(errs, fmt.Errorf("values.yaml:%d: key under %q is not a plain name", k.Line, prefix))
+				continue
+			}
 			key := prefix + k.Value
 			desc, documented := docComment(k.HeadComment)
 			switch {
