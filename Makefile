@@ -64,3 +64,22 @@ generate:
 
 clean:
 	rm -rf $(BIN)
+
+## validate-manifests: render the Helm chart (Helm's Go library) and validate every object,
+## deploy/manifests, deploy/crds and deploy/examples against the Kubernetes 1.37 OpenAPI schemas
+## and the CRDs; fail on stale generated files; lint the Dockerfile (BuildKit's checks); check
+## that the binaries `make build` makes are static. One `go test` runs it all (TestRun is the
+## validation itself; `go run .` in that directory prints its report).
+VALIDATE_DIR ?= hack/validate-manifests
+.PHONY: validate-manifests manifests
+validate-manifests: build
+	cd $(VALIDATE_DIR) && $(GO) test -count=1 ./...
+	@for b in $(BIN)/*; do \
+	  if ldd $$b >/dev/null 2>&1; then echo "$$b is dynamically linked:"; ldd $$b; exit 1; fi; \
+	  if command -v file >/dev/null; then file $$b | grep -q 'statically linked' || { file $$b; echo "$$b: not static"; exit 1; }; fi; \
+	  echo "$$b: static"; \
+	done
+
+## manifests: re-render deploy/manifests, the chart's crds/ and its README values table
+manifests:
+	cd $(VALIDATE_DIR) && $(GO) run . -root ../.. -write

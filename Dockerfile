@@ -1,0 +1,56 @@
+# syntax=docker/dockerfile:1
+#
+# Images of the two programs, built from one source tree:
+#
+#   docker build --target agent      -t REGISTRY/slingshot-agent:TAG .
+#   docker build --target controller -t REGISTRY/slingshot-controller:TAG .
+#
+# Both binaries are static (CGO_ENABLED=0, -trimpath): `make build` builds
+# the same ones into bin/. The base is distroless static (CA certificates,
+# tzdata, /etc/passwd with the nonroot user, no shell, no package manager).
+# The Helm chart (deploy/helm/slingshot) sets the rest of each program's
+# privileges; the agent's are listed and explained there and below.
+
+ARG GO_VERSION=1.26
+
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/...
+
+# The cluster controller: talks to the API server and serves its ports, so it
+# runs as the unprivileged nonroot user (65532) with nothing added.
+FROM gcr.io/distroless/static-debian12:nonroot AS controller
+COPY --from=build /out/slingshot-controller /usr/local/bin/slingshot-controller
+USER 65532:65532
+# gRPC for the agents, Metacontroller hooks, metrics and health.
+EXPOSE 9440 9441 9442
+ENTRYPOINT ["/usr/local/bin/slingshot-controller"]
+
+# The node agent runs as root: the kubelet's device-plugin and pod-resources
+# sockets, /var/run/cdi and its state directory belong to root. Its other
+# privileges come from the DaemonSet, each for one reason:
+#   - privileged (or, with the simulated driver, CAP_SYS_ADMIN): the CXI
+#     driver's service commands are admin-only, and the device cgroup of an
+#     unprivileged container admits no host device such as /dev/cxiN;
+#   - CAP_SYS_PTRACE: reading /proc/<pid>/ns/net of pod processes of other
+#     users (hostPID), to make the pod's network namespace its service member;
+#   - host network: NIC link events, the "cxierr" netlink family and ethtool;
+#   - host paths: /dev (the /dev/cxiN nodes), /sys read-only (discovery),
+#     /var/lib/kubelet/device-plugins and .../pod-resources (the kubelet's
+#     sockets), /var/run/cdi (CDI specs) and /var/lib/slingshot-agent (its
+#     state, at the same path, because the kubelet mounts files from it).
+# Same base as the controller; only the user differs.
+FROM gcr.io/distroless/static-debian12:nonroot AS agent
+COPY --from=build /out/slingshot-agent /usr/local/bin/slingshot-agent
+USER 0:0
+# /metrics, /healthz, /readyz and /inspect (bound to the node's IP).
+EXPOSE 9479
+ENTRYPOINT ["/usr/local/bin/slingshot-agent"]

@@ -1,0 +1,85 @@
+{{/* Names, labels and shared snippets of the slingshot chart. */}}
+
+{{- define "slingshot.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "slingshot.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "slingshot.agent.fullname" -}}
+{{- printf "%s-agent" (include "slingshot.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "slingshot.controller.fullname" -}}
+{{- printf "%s-controller" (include "slingshot.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "slingshot.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "slingshot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slingshot
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels; pass (dict "ctx" $ "component" "agent"). */}}
+{{- define "slingshot.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "slingshot.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Image reference; pass (dict "ctx" $ "name" IMAGE). */}}
+{{- define "slingshot.image" -}}
+{{- printf "%s/%s:%s" (trimSuffix "/" .ctx.Values.image.registry) .name (default .ctx.Chart.AppVersion .ctx.Values.image.tag) }}
+{{- end }}
+
+{{/* The agent's ServiceAccount user name, as TokenReview reports it. */}}
+{{- define "slingshot.agent.user" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "slingshot.agent.fullname" .) }}
+{{- end }}
+
+{{/* The controller's gRPC address as the agents dial it. */}}
+{{- define "slingshot.controller.address" -}}
+{{- printf "%s.%s.svc:%v" (include "slingshot.controller.fullname" .) .Release.Namespace .Values.controller.ports.grpc }}
+{{- end }}
+
+{{/* The agent's configuration file: values with the CDI directory filled in. */}}
+{{- define "slingshot.agent.config" -}}
+{{- $cfg := deepCopy .Values.agent.config }}
+{{- $cdi := default dict (get $cfg "cdi") }}
+{{- if not (hasKey $cdi "specDir") }}
+{{- $_ := set $cdi "specDir" .Values.agent.cdiDir }}
+{{- end }}
+{{- $_ := set $cfg "cdi" $cdi }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Fails rendering on values that cannot work together. */}}
+{{- define "slingshot.validate" -}}
+{{- if not (has .Values.agent.cxiDriver (list "uapi" "sim")) }}
+{{- fail (printf "agent.cxiDriver %q: want uapi or sim" .Values.agent.cxiDriver) }}
+{{- end }}
+{{- if and (eq .Values.agent.cxiDriver "uapi") (not .Values.agent.privileged) }}
+{{- fail "agent.privileged=false needs agent.cxiDriver=sim: an unprivileged container cannot open the host's /dev/cxiN" }}
+{{- end }}
+{{- if and .Values.metacontroller.enabled (not .Values.controller.enabled) }}
+{{- fail "metacontroller.enabled needs controller.enabled: the hooks are served by the controller" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	loadOnce  sync.Once
+	loaded    *Validator
+	loadError error
+)
+
+// testValidator returns a validator with the Kubernetes schemas and every
+// CRD the tool knows, loaded once for all tests.
+func testValidator(t *testing.T) *Validator {
+	t.Helper()
+	loadOnce.Do(func() {
+		dir, err := openAPISpecDir()
+		if err != nil {
+			loadError = err
+			return
+		}
+		b, err := LoadBuiltinSchemas(dir)
+		if err != nil {
+			loadError = err
+			return
+		}
+		v, err := NewValidator(b, NewCRDs())
+		if err != nil {
+			loadError = err
+			return
+		}
+		paths, _ := filepath.Glob("../../deploy/crds/*.yaml")
+		own, _ := filepath.Glob("schemas/*.yaml")
+		sm, err := moduleDir(upstreamCRDs[0].module)
+		if err != nil {
+			loadError = err
+			return
+		}
+		paths = append(append(paths, own...), filepath.Join(sm, upstreamCRDs[0].file))
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				loadError = err
+				return
+			}
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+				loadError = err
+				return
+			}
+			if errs := v.CRDs.Add(context.Background(), &crd); len(errs) > 0 {
+				loadError = errors.Join(errs...)
+				return
+			}
+		}
+		loaded = v
+	})
+	if loadError != nil {
+		t.Fatal(loadError)
+	}
+	return loaded
+}
+
+// check returns every problem the tool reports for one document.
+func check(t *testing.T, v *Validator, doc []byte) []error {
+	t.Helper()
+	o, err := Decode(doc)
+	if err != nil {
+		return []error{err}
+	}
+	if o == nil {
+		t.Fatal("empty document")
+	}
+	var errs []error
+	if o.GVK.Kind == "CustomResourceDefinition" {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(doc, &crd); err != nil {
+			return []error{err}
+		}
+		// A scratch set: a bad CRD must not leak into other tests.
+		errs = append(errs, NewCRDs().Add(t.Context(), &crd)...)
+	}
+	errs = append(errs, v.Validate(t.Context(), o)...)
+	return append(errs, checkAgentConfig(o)...)
+}
+
+// TestRejects feeds documents that the API server (or the agent) would
+// refuse; each names in a "# want:" line a text its error must contain.
+func TestRejects(t *testing.T) {
+	v := testValidator(t)
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			doc, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(doc), "\n")
+			want, ok := strings.CutPrefix(first, "# want: ")
+			if !ok {
+				t.Fatalf("first line %q is not a # want: line", first)
+			}
+			errs := check(t, v, doc)
+			if len(errs) == 0 {
+				t.Fatalf("accepted; want an error containing %q", want)
+			}
+			for _, e := range errs {
+				if strings.Contains(e.Error(), want) {
+					return
+				}
+			}
+			t.Errorf("errors %v; want one containing %q", errs, want)
+		})
+	}
+}
+
+// TestChartRendersValid renders every variant and validates each object.
+func TestChartRendersValid(t *testing.T) {
+	v := testValidator(t)
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, variant := range Variants() {
+		t.Run(variant.Name, func(t *testing.T) {
+			rendered, err := Render(ch, variant.Values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]int{}
+			for _, m := range rendered {
+				o, err := Decode([]byte(m.Content))
+				if err != nil {
+					t.Fatalf("%s: %v", m.Source, err)
+				}
+				if o == nil {
+					continue
+				}
+				kinds[o.GVK.Kind]++
+				for _, err := range append(v.Validate(t.Context(), o), checkAgentConfig(o)...) {
+					t.Errorf("%s: %s: %v", m.Source, o, err)
+				}
+			}
+			if kinds["DaemonSet"] != 1 || kinds["ConfigMap"] != 1 {
+				t.Errorf("kinds %v: want one agent DaemonSet and ConfigMap", kinds)
+			}
+		})
+	}
+}
+
+// TestRenderFeatures checks what each optional feature adds.
+func TestRenderFeatures(t *testing.T) {
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(values map[string]any) map[string]int {
+		t.Helper()
+		rendered, err := Render(ch, values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[string]int{}
+		for _, m := range rendered {
+			o, err := Decode([]byte(m.Content))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o != nil {
+				kinds[o.GVK.Kind]++
+			}
+		}
+		return kinds
+	}
+	def := count(nil)
+	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 1, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 0} {
+		if def[kind] != want {
+			t.Errorf("defaults: %d %s, want %d", def[kind], kind, want)
+		}
+	}
+	var all map[string]any
+	for _, v := range Variants() {
+		if v.Name == "all-features" {
+			all = v.Values
+		}
+	}
+	on := count(all)
+	for kind, want := range map[string]int{"DecoratorController": 1, "ServiceMonitor": 2, "NetworkPolicy": 1, "Service": 2, "PersistentVolumeClaim": 0} {
+		if on[kind] != want {
+			t.Errorf("all features: %d %s, want %d", on[kind], kind, want)
+		}
+	}
+	embedded := count(map[string]any{"controller": map[string]any{"enabled": false}})
+	for _, kind := range []string{"Deployment", "ClusterRole", "Service"} {
+		if embedded[kind] != 0 {
+			t.Errorf("embedded controller: %d %s, want none", embedded[kind], kind)
+		}
+	}
+}
+
+// TestRenderRefuses checks the value combinations the chart refuses.
+func TestRenderRefuses(t *testing.T) {
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"unprivileged uapi":        {map[string]any{"agent": map[string]any{"privileged": false}}, "needs agent.cxiDriver=sim"},
+		"unknown driver":           {map[string]any{"agent": map[string]any{"cxiDriver": "ioctl"}}, "want uapi or sim"},
+		"hooks without controller": {map[string]any{"controller": map[string]any{"enabled": false}, "metacontroller": map[string]any{"enabled": true}}, "needs controller.enabled"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Render(ch, tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v; want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestGeneratedFresh is the staleness check of CI as a test.
+func TestGeneratedFresh(t *testing.T) {
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := Generated("../..", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := Stale("../..", gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		t.Errorf("stale generated files (run make manifests): %v", stale)
+	}
+}
+
+func TestStaleDetectsEdits(t *testing.T) {
+	root := t.TempDir()
+	gen := map[string][]byte{manifestFile: []byte("a: 1\n")}
+	if err := Write(root, gen); err != nil {
+		t.Fatal(err)
+	}
+	if stale, _ := Stale(root, gen); len(stale) != 0 {
+		t.Fatalf("fresh write reported stale: %v", stale)
+	}
+	if err := os.WriteFile(filepath.Join(root, manifestFile), []byte("a: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	extra := filepath.Join(root, manifestsDir, "old.yaml")
+	if err := os.WriteFile(extra, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := Stale(root, gen)
+	if len(stale) != 2 {
+		t.Fatalf("stale %v: want the edited file and the extra one", stale)
+	}
+	if err := Write(root, gen); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(extra); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Write kept %s", extra)
+	}
+}
+
+func TestValuesDocs(t *testing.T) {
+	for name, tc := range map[string]struct {
+		in      string
+		rows    []ValueDoc
+		wantErr string
+	}{
+		"documented leaves and maps": {
+			in: "# -- Top.\na: 1\nb:\n  # -- Inner,\n  # two lines.\n  c: x\n  # -- Whole map.\n  d: {e: true}\n",
+			rows: []ValueDoc{
+				{Key: "a", Type: "int", Default: "1", Description: "Top."},
+				{Key: "b.c", Type: "string", Default: `"x"`, Description: "Inner, two lines."},
+				{Key: "b.d", Type: "object", Default: `{"e":true}`, Description: "Whole map."},
+			},
+		},
+		"plain comment is not documentation": {in: "# Top.\na: 1\n", wantErr: "a has no"},
+		"undocumented nested":                {in: "b:\n  c: []\n", wantErr: "b.c has no"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rows, err := ValuesDocs([]byte(tc.in))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v; want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != len(tc.rows) {
+				t.Fatalf("rows %+v; want %+v", rows, tc.rows)
+			}
+			for i := range rows {
+				if rows[i] != tc.rows[i] {
+					t.Errorf("row %d %+v; want %+v", i, rows[i], tc.rows[i])
+				}
+			}
+		})
+	}
+}
+
+func TestReplaceTable(t *testing.T) {
+	in := "x\n" + tableStart + "\nold\n" + tableEnd + "\ny\n"
+	out, err := ReplaceTable(in, "new\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "x\n" + tableStart + "\nnew\n" + tableEnd + "\ny\n"; out != want {
+		t.Errorf("got %q, want %q", out, want)
+	}
+	if _, err := ReplaceTable("no markers", "t"); err == nil {
+		t.Error("no error without markers")
+	}
+}
+
+func TestSplitDocuments(t *testing.T) {
+	docs := splitDocuments([]byte("a: 1\n---\n# c\n---\nb: 2\n"))
+	if len(docs) != 3 || !bytes.Equal(docs[0], []byte("a: 1\n")) || !bytes.Equal(docs[2], []byte("b: 2\n")) {
+		t.Errorf("docs %q", docs)
+	}
+	if o, err := Decode(docs[1]); o != nil || err != nil {
+		t.Errorf("comment-only document: %v, %v", o, err)
+	}
+}
+
+func TestConsistency(t *testing.T) {
+	const base = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: c, namespace: ns}
+spec:
+  selector: {matchLabels: {app: SEL}}
+  template:
+    metadata: {labels: {app: c}}
+    spec:
+      serviceAccountName: SA
+      containers:
+      - name: c
+        image: c
+        ports: [{name: http, containerPort: 80}]
+        readinessProbe: {httpGet: {path: /, port: PROBE}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: c, namespace: ns}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: c, namespace: ns}
+spec:
+  selector: {app: SVCSEL}
+  ports: [{port: 80, targetPort: TARGET}]
+`
+	for name, tc := range map[string]struct {
+		repl []string
+		want string
+	}{
+		"consistent":           {[]string{"SEL", "c", "SA", "c", "PROBE", "http", "SVCSEL", "c", "TARGET", "http"}, ""},
+		"selector misses":      {[]string{"SEL", "other", "SA", "c", "PROBE", "http", "SVCSEL", "c", "TARGET", "http"}, "does not select its pod template"},
+		"missing account":      {[]string{"SEL", "c", "SA", "gone", "PROBE", "http", "SVCSEL", "c", "TARGET", "http"}, "ServiceAccount/gone"},
+		"probe port":           {[]string{"SEL", "c", "SA", "c", "PROBE", "metrics", "SVCSEL", "c", "TARGET", "http"}, `probes port "metrics"`},
+		"service selects none": {[]string{"SEL", "c", "SA", "c", "PROBE", "http", "SVCSEL", "x", "TARGET", "http"}, "selects no pod"},
+		"service target port":  {[]string{"SEL", "c", "SA", "c", "PROBE", "http", "SVCSEL", "c", "TARGET", "grpc"}, `target port "grpc"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			doc := strings.NewReplacer(tc.repl...).Replace(base)
+			var objs []*Object
+			for _, d := range splitDocuments([]byte(doc)) {
+				o, err := Decode(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				objs = append(objs, o)
+			}
+			errs := Consistency(objs, nil)
+			if tc.want == "" {
+				if len(errs) > 0 {
+					t.Fatalf("errors %v", errs)
+				}
+				return
+			}
+			for _, e := range errs {
+				if strings.Contains(e.Error(), tc.want) {
+					return
+				}
+			}
+			t.Errorf("errors %v; want one containing %q", errs, tc.want)
+		})
+	}
+}
+
+// TestRun is the CI check: the full validation of the repository's chart,
+// manifests, CRDs and examples, and the staleness check of the generated
+// files, exactly as `go run .` does it.
+func TestRun(t *testing.T) {
+	var out bytes.Buffer
+	err := run(t.Context(), []string{"-root", "../.."}, &out)
+	t.Log(strings.TrimSpace(out.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValuesDocsRejectsComplexKeys(t *testing.T) {
+	// Found by FuzzValuesDocs: a sequence as a key gave a row without a key.
+	if _, err := ValuesDocs([]byte("# --\n? [a]\n: b\n")); err == nil || !strings.Contains(err.Error(), "not a plain name") {
+		t.Errorf("err %v; want a complex key refused", err)
+	}
+}
