@@ -58,6 +58,7 @@ func newLeaser(ctx context.Context, opts Options, logger *slog.Logger, reg prome
 	}
 	copts.TLS = tlsConf
 	copts.TokenFile = opts.ControllerTokenFile
+	copts.InsecureToken = opts.ControllerInsecureToken
 	c, err := controllerclient.Dial(opts.Controller, copts)
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", opts.Controller, err)

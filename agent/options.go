@@ -30,15 +30,17 @@ type Options struct {
 	Controller string
 	// ControllerCA, ControllerCert, ControllerKey and ControllerTokenFile
 	// authenticate the agent to a remote controller (mTLS, or a projected
-	// ServiceAccount token over TLS).
-	ControllerCA        string
-	ControllerCert      string
-	ControllerKey       string
-	ControllerTokenFile string
-	CXIDriver           string
-	Config              string
-	NodeName            string
-	MetricsAddr         string
+	// ServiceAccount token over TLS). ControllerInsecureToken allows the
+	// token without TLS, for clusters that accept that on their network.
+	ControllerCA            string
+	ControllerCert          string
+	ControllerKey           string
+	ControllerTokenFile     string
+	ControllerInsecureToken bool
+	CXIDriver               string
+	Config                  string
+	NodeName                string
+	MetricsAddr             string
 	// CleanManaged also destroys, at start, every non-system service whose
 	// VNIs all fall in ManagedVNIs, as `flux-slingshot clean --all` does.
 	CleanManaged bool
@@ -56,10 +58,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
 	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory")
-	fs.StringVar(&o.ControllerCA, "controller-ca", "", "PEM `file` of the CA that signed the controller's certificate")
-	fs.StringVar(&o.ControllerCert, "controller-cert", "", "PEM certificate `file` the agent presents to the controller (mTLS)")
-	fs.StringVar(&o.ControllerKey, "controller-key", "", "PEM private key `file` of --controller-cert")
-	fs.StringVar(&o.ControllerTokenFile, "controller-token-file", "", "projected ServiceAccount token `file` sent to the controller (needs --controller-ca)")
+	fs.StringVar(&o.ControllerCA, "controller-ca-file", "", "PEM `file` of the CA that signed the controller's certificate")
+	fs.StringVar(&o.ControllerCert, "controller-cert-file", "", "PEM certificate `file` the agent presents to the controller (mTLS)")
+	fs.StringVar(&o.ControllerKey, "controller-key-file", "", "PEM private key `file` of --controller-cert-file")
+	fs.StringVar(&o.ControllerTokenFile, "controller-token-file", "", "projected ServiceAccount token `file` sent to the controller (needs --controller-ca-file, or --controller-insecure-token)")
+	fs.BoolVar(&o.ControllerInsecureToken, "controller-insecure-token", false, "send the token without TLS (it crosses the cluster network in clear)")
 	fs.StringVar(&o.CXIDriver, "cxi-driver", DriverUAPI, "CXI driver: \"uapi\" for the real driver, \"sim\" for the simulated one")
 	fs.StringVar(&o.Config, "config", "", "YAML configuration `file`; reloaded when it changes (empty: defaults)")
 	fs.StringVar(&o.NodeName, "node-name", "", "this node's `name` (default $NODE_NAME, then the host name)")
@@ -108,13 +111,13 @@ func (o *Options) Validate() error {
 		}
 	}
 	if (o.ControllerCert == "") != (o.ControllerKey == "") {
-		errs = append(errs, errors.New("--controller-cert and --controller-key go together"))
+		errs = append(errs, errors.New("--controller-cert-file and --controller-key-file go together"))
 	}
-	if o.ControllerTokenFile != "" && o.ControllerCA == "" {
-		errs = append(errs, errors.New("--controller-token-file needs --controller-ca: a token is never sent in clear"))
+	if o.ControllerTokenFile != "" && o.ControllerCA == "" && !o.ControllerInsecureToken {
+		errs = append(errs, errors.New("--controller-token-file needs --controller-ca-file, or --controller-insecure-token to send it in clear"))
 	}
 	if o.Controller == "embedded" && (o.ControllerCA != "" || o.ControllerCert != "" || o.ControllerTokenFile != "") {
-		errs = append(errs, errors.New("--controller-ca, --controller-cert and --controller-token-file are for a remote --controller"))
+		errs = append(errs, errors.New("--controller-ca-file, --controller-cert-file and --controller-token-file are for a remote --controller"))
 	}
 	if o.NodeName == "" || len(o.NodeName) > 253 || strings.ContainsAny(o.NodeName, "/ \t\n") {
 		errs = append(errs, fmt.Errorf("--node-name %q: want a Kubernetes node name", o.NodeName))

@@ -29,7 +29,7 @@ func TestTwoNodesShareJobVNI(t *testing.T) {
 		n := newNode(t, name, 2, 1)
 		n.StartKubelet(ctx)
 		cert, key := pki.Issue(t, "slingshot-agent:"+name)
-		n.StartAgent("--controller", addr, "--controller-ca", pki.CAFile, "--controller-cert", cert, "--controller-key", key)
+		n.StartAgent("--controller", addr, "--controller-ca-file", pki.CAFile, "--controller-cert-file", cert, "--controller-key-file", key)
 		eventually(t, 10*time.Second, name+" registered", func() (bool, string) {
 			c, _ := n.Kubelet.Capacity(nicResource)
 			return c == 2, itoa(c)
