@@ -1,10 +1,7 @@
 package kube
 
 import (
-	"encoding/json"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // FuzzDecodeWAL: a journal chunk read back from the API never panics the
@@ -51,31 +48,27 @@ func FuzzDecodeObjects(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(in); err != nil {
-			var m map[string]any
-			if json.Unmarshal(in, &m) != nil {
-				return
-			}
-			u.Object = m
-		}
 		var lo leaseObject
-		if fromUnstructured(u, &lo) == nil {
+		if decodeJSON(in, &lo) == nil {
 			if l, err := decodeLease(&lo); err == nil && (l.Key == "" || l.VNI == 0 || l.Version == 0) {
 				t.Fatalf("accepted lease %+v", l)
 			}
 		}
 		var so sliceObject
-		if fromUnstructured(u, &so) == nil {
+		if decodeJSON(in, &so) == nil {
 			if s, err := decodeSlice(&so); err == nil && (s.Pool == "" || s.Index < 0 || s.Allocated < 0 || s.Version == 0) {
 				t.Fatalf("accepted slice %+v", s)
 			}
 		}
 		var qo quarantineObject
-		if fromUnstructured(u, &qo) == nil {
+		if decodeJSON(in, &qo) == nil {
 			if q, err := decodeQuarantine(&qo); err == nil && (q.VNI == 0 || q.Version == 0) {
 				t.Fatalf("accepted quarantine %+v", q)
 			}
+		}
+		var jo journalObject
+		if decodeJSON(in, &jo) == nil && jo.Spec.Pending != "" {
+			_, _ = DecodeWAL(jo.Spec.Pending)
 		}
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -39,17 +37,13 @@ var (
 	JournalResource    = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "storejournals"}
 )
 
-// Annotations and labels on the store's objects.
+// Annotations on the store's objects. The objects carry no labels: kubectl
+// selects them by field instead (the CRDs declare selectableFields, e.g.
+// kubectl get vnileases --field-selector spec.owner.namespace=NS), and
+// every byte of metadata is paid again in managedFields.
 const (
 	// AnnotationVersion holds the record's store version.
 	AnnotationVersion = "slingshot.hpe.com/version"
-	// LabelOwnerNamespace and LabelNode let people select leases and
-	// slices with kubectl -l (set where the value is a valid label value).
-	LabelOwnerNamespace = "slingshot.hpe.com/owner-namespace"
-	LabelNode           = "slingshot.hpe.com/node"
-	LabelPool           = "slingshot.hpe.com/pool"
-	labelManagedBy      = "app.kubernetes.io/managed-by"
-	managedBy           = "slingshot-controller"
 )
 
 // ErrBadObject is wrapped when an object read from the API cannot be a
@@ -77,8 +71,7 @@ func parseTime(field, s string) (time.Time, error) {
 	return time.UnixMilli(t.UnixMilli()), nil
 }
 
-// Object bodies, typed by hand. They travel as JSON through the dynamic
-// client's unstructured objects.
+// Object bodies, typed by hand; they travel as JSON.
 
 type leaseObject struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -166,42 +159,13 @@ type metaValue struct {
 	Version uint64 `json:"version"`
 }
 
-// toUnstructured turns a typed object into the dynamic client's form.
-func toUnstructured(v any) (*unstructured.Unstructured, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(b); err != nil {
-		return nil, err
-	}
-	return u, nil
-}
-
-// fromUnstructured decodes an object read from the API into v.
-func fromUnstructured(u *unstructured.Unstructured, v any) error {
-	b, err := u.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
 func typeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: Group + "/" + Version, Kind: kind}
 }
 
 func objectMeta(name, namespace string, version uint64, rv string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, ResourceVersion: rv,
-		Labels:      map[string]string{labelManagedBy: managedBy},
 		Annotations: map[string]string{AnnotationVersion: strconv.FormatUint(version, 10)}}
-}
-
-func setLabel(m *metav1.ObjectMeta, key, value string) {
-	if len(validation.IsValidLabelValue(value)) == 0 && value != "" {
-		m.Labels[key] = value
-	}
 }
 
 func version(m metav1.ObjectMeta) (uint64, error) {
@@ -259,7 +223,6 @@ func (s *Store) leaseObject(l *store.Lease, name string, version uint64, rv stri
 		Spec: leaseSpec{VNI: l.VNI, Scope: string(l.Scope), LeaseKey: l.Key, Created: fmtTime(l.Created),
 			Owner: ownerFields{APIVersion: l.Owner.APIVersion, Kind: l.Owner.Kind, Namespace: l.Owner.Namespace, Name: l.Owner.Name, UID: l.Owner.UID}},
 		Status: leaseStatus{Nodes: l.Nodes, NodeCount: len(l.Nodes), OwnerGone: l.OwnerGone}}
-	setLabel(&o.ObjectMeta, LabelOwnerNamespace, l.Owner.Namespace)
 	return o
 }
 
@@ -295,8 +258,6 @@ func (s *Store) sliceObject(sl *store.Slice, version uint64, rv string) *sliceOb
 	if s.opts.SliceRange != nil {
 		o.Spec.Range = s.opts.SliceRange(sl.Pool, sl.Index)
 	}
-	setLabel(&o.ObjectMeta, LabelNode, sl.Node)
-	setLabel(&o.ObjectMeta, LabelPool, sl.Pool)
 	return o
 }
 

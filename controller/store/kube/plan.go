@@ -19,6 +19,7 @@ const (
 	resLease      resource = "vnileases"
 	resSlice      resource = "nodeslices"
 	resQuarantine resource = "vniquarantines"
+	resJournal    resource = "storejournals"
 )
 
 // entry is what the store knows of one stored object.

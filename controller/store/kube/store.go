@@ -17,9 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
@@ -66,8 +64,8 @@ const (
 
 // Store is a [store.Store] on the Kubernetes API; see the package doc.
 type Store struct {
-	client dynamic.Interface
-	opts   Options
+	rc   rest.Interface
+	opts Options
 	log    *slog.Logger
 
 	mu       sync.Mutex
@@ -82,10 +80,10 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// New returns a Store over client. It returns an error for invalid
-// options. The client's rate limit should allow bursts of Options.Parallel
-// writes (see NewForConfig).
-func New(client dynamic.Interface, opts Options) (*Store, error) {
+// New returns a Store that reaches the API server through cfg. It returns
+// an error for invalid options. A config without a rate limit (QPS 0) gets
+// 500 queries per second with bursts of 1000, not client-go's 5.
+func New(cfg *rest.Config, opts Options) (*Store, error) {
 	if opts.Name == "" {
 		opts.Name = "slingshot-controller"
 	}
@@ -107,23 +105,11 @@ func New(client dynamic.Interface, opts Options) (*Store, error) {
 	if errs := validation.IsDNS1123Subdomain(opts.Name); len(errs) > 0 || len(opts.Name) > 200 {
 		return nil, fmt.Errorf("store name %q: not a DNS subdomain of at most 200 characters", opts.Name)
 	}
-	return &Store{client: client, opts: opts, log: opts.Logger}, nil
-}
-
-// NewForConfig returns a Store with a dynamic client for cfg. A config
-// without a rate limit (QPS 0) gets 500 queries per second with bursts of
-// 1000 instead of client-go's default of 5, which would throttle every
-// batch.
-func NewForConfig(cfg *rest.Config, opts Options) (*Store, error) {
-	c := rest.CopyConfig(cfg)
-	if c.QPS == 0 {
-		c.QPS, c.Burst = 500, 1000
-	}
-	client, err := dynamic.NewForConfig(c)
+	rc, err := newRESTClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("dynamic client: %w", err)
+		return nil, err
 	}
-	return New(client, opts)
+	return &Store{rc: rc, opts: opts, log: opts.Logger}, nil
 }
 
 // Close marks the store closed; it holds no connection of its own.
@@ -132,19 +118,6 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	return nil
-}
-
-func (s *Store) res(r resource) dynamic.ResourceInterface {
-	gvr := LeaseResource
-	switch r {
-	case resSlice:
-		gvr = SliceResource
-	case resQuarantine:
-		gvr = QuarantineResource
-	case "storejournals":
-		gvr = JournalResource
-	}
-	return s.client.Resource(gvr).Namespace(s.opts.Namespace)
 }
 
 func (s *Store) call(ctx context.Context, f func(ctx context.Context) error) error {
@@ -211,20 +184,15 @@ func (s *Store) fence(ctx context.Context) (journalSpec, error) {
 	var prev journalSpec
 	retry := backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second, Jitter: 0.5, Attempts: 8}
 	err := retry.Do(ctx, func(ctx context.Context) error {
-		var u *unstructured.Unstructured
-		err := s.call(ctx, func(ctx context.Context) (err error) {
-			u, err = s.res("storejournals").Get(ctx, s.opts.Name, metav1.GetOptions{})
-			return err
-		})
 		var old journalObject
+		err := s.get(ctx, resJournal, s.opts.Name, &old)
 		switch {
 		case apierrors.IsNotFound(err):
+			old = journalObject{}
+		case errors.Is(err, ErrBadObject):
+			return backoff.Permanent(fmt.Errorf("head %s: %w", s.opts.Name, err))
 		case err != nil:
 			return fmt.Errorf("get head %s: %w", s.opts.Name, err)
-		default:
-			if err := fromUnstructured(u, &old); err != nil {
-				return backoff.Permanent(fmt.Errorf("%w: head %s: %w", ErrBadObject, s.opts.Name, err))
-			}
 		}
 		// The pending batch stays in the head until a new batch replaces
 		// it: should this load fail before rolling it forward, the next
@@ -232,7 +200,7 @@ func (s *Store) fence(ctx context.Context) (journalSpec, error) {
 		next := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(s.opts.Name, s.opts.Namespace, 1, old.ResourceVersion),
 			Spec: old.Spec}
 		next.Spec.Holder, next.Spec.Epoch = s.opts.Identity, old.Spec.Epoch+1
-		written, err := s.put(ctx, "storejournals", &next, old.ResourceVersion == "")
+		written, err := s.put(ctx, resJournal, s.opts.Name, &next, old.ResourceVersion == "")
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("fence head %s: %w", s.opts.Name, err)
 		}
@@ -250,80 +218,21 @@ func (s *Store) fence(ctx context.Context) (journalSpec, error) {
 	return prev, nil
 }
 
-// put creates or updates obj (its ResourceVersion is the precondition of
-// an update) and returns the new resourceVersion.
-func (s *Store) put(ctx context.Context, r resource, obj any, create bool) (string, error) {
-	u, err := toUnstructured(obj)
-	if err != nil {
-		return "", err
-	}
-	var out *unstructured.Unstructured
-	err = s.call(ctx, func(ctx context.Context) error {
-		if create {
-			u.SetResourceVersion("")
-			out, err = s.res(r).Create(ctx, u, metav1.CreateOptions{})
-		} else {
-			out, err = s.res(r).Update(ctx, u, metav1.UpdateOptions{})
-		}
-		return err
-	})
-	if err != nil {
-		return "", err
-	}
-	return out.GetResourceVersion(), nil
-}
-
-// remove deletes r/name; rv, unless empty, is its precondition.
-func (s *Store) remove(ctx context.Context, r resource, name, rv string) error {
-	opts := metav1.DeleteOptions{}
-	if rv != "" {
-		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
-	}
-	return s.call(ctx, func(ctx context.Context) error {
-		return s.res(r).Delete(ctx, name, opts)
-	})
-}
-
-// listAll pages through every object of r, decoding each into a new T.
-func listAll[T any](ctx context.Context, s *Store, r resource, add func(name string, o *T)) error {
-	cont := ""
-	for {
-		var page *unstructured.UnstructuredList
-		err := s.call(ctx, func(ctx context.Context) (err error) {
-			page, err = s.res(r).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("list %s: %w", r, err)
-		}
-		for i := range page.Items {
-			o := new(T)
-			if err := fromUnstructured(&page.Items[i], o); err != nil {
-				return fmt.Errorf("%w: %s %s: %w", ErrBadObject, r, page.Items[i].GetName(), err)
-			}
-			add(page.Items[i].GetName(), o)
-		}
-		if cont = page.GetContinue(); cont == "" {
-			return nil
-		}
-	}
-}
-
 func (s *Store) list(ctx context.Context) (*listing, error) {
 	l := &listing{leases: map[string]*leaseObject{}, slices: map[string]*sliceObject{},
 		quarantines: map[string]*quarantineObject{}, journals: map[string]*journalObject{}}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return listAll(gctx, s, resLease, func(n string, o *leaseObject) { l.leases[n] = o })
+		return listAll(gctx, s, resLease, func(o *leaseObject) { l.leases[o.Name] = o })
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, resSlice, func(n string, o *sliceObject) { l.slices[n] = o })
+		return listAll(gctx, s, resSlice, func(o *sliceObject) { l.slices[o.Name] = o })
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, resQuarantine, func(n string, o *quarantineObject) { l.quarantines[n] = o })
+		return listAll(gctx, s, resQuarantine, func(o *quarantineObject) { l.quarantines[o.Name] = o })
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, "storejournals", func(n string, o *journalObject) { l.journals[n] = o })
+		return listAll(gctx, s, resJournal, func(o *journalObject) { l.journals[o.Name] = o })
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -406,7 +315,8 @@ func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) e
 		ops = append(ops, o...)
 	}
 	id := prev.Batch
-	var applied, done, skipped int
+	var todo []write
+	var done, skipped int
 	for _, op := range ops {
 		cur, rv, batch := l.current(op.Res, op.Name)
 		rec := op.record()
@@ -422,15 +332,30 @@ func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) e
 			skipped++
 			continue
 		}
-		w := write{res: op.Res, name: op.Name, from: op.From, fromRV: rv, rec: rec}
-		obj, err := s.apply(ctx, w, id)
-		if err != nil {
-			return fmt.Errorf("roll forward batch %s: %s %s: %w", id, op.Res, op.Name, err)
-		}
-		l.set(op.Res, op.Name, obj)
-		applied++
+		todo = append(todo, write{res: op.Res, name: op.Name, from: op.From, fromRV: rv, rec: rec})
 	}
-	s.log.Info("rolled the last batch forward", "batch", id, "writes", len(ops), "applied_now", applied,
+	// A racing writer of the same batch (the writer this load fenced out,
+	// still applying it) makes a write here fail with a conflict; the load
+	// fails and the next one finds the object written.
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.opts.Parallel)
+	for _, w := range todo {
+		g.Go(func() error {
+			obj, err := s.apply(gctx, w, id)
+			if err != nil {
+				return fmt.Errorf("roll forward batch %s: %s %s: %w", id, w.res, w.name, err)
+			}
+			mu.Lock()
+			l.set(w.res, w.name, obj)
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	s.log.Info("rolled the last batch forward", "batch", id, "writes", len(ops), "applied_now", len(todo),
 		"applied_before", done, "skipped", skipped)
 	return nil
 }
@@ -441,7 +366,7 @@ func (s *Store) clearPending(ctx context.Context) error {
 	next := s.head
 	next.Batch, next.PendingCount, next.Pending, next.Parts = "", 0, "", nil
 	head := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(s.opts.Name, s.opts.Namespace, 1, s.headRV), Spec: next}
-	rv, err := s.put(ctx, "storejournals", &head, false)
+	rv, err := s.put(ctx, resJournal, s.opts.Name, &head, false)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: %w: head %s: %w", store.ErrConflict, ErrFenced, s.opts.Name, err)
 	}
@@ -460,7 +385,7 @@ func (s *Store) collectParts(ctx context.Context, l *listing) {
 		if name == s.opts.Name || !strings.HasPrefix(name, s.opts.Name+"-part-") || slices.Contains(s.head.Parts, name) {
 			continue
 		}
-		if err := s.remove(ctx, "storejournals", name, j.ResourceVersion); err != nil && !apierrors.IsNotFound(err) {
+		if err := s.remove(ctx, resJournal, name, j.ResourceVersion); err != nil && !apierrors.IsNotFound(err) {
 			s.log.Warn("delete journal part", "part", name, "err", err)
 		}
 		delete(l.journals, name)
@@ -489,7 +414,7 @@ func (s *Store) apply(ctx context.Context, w write, batch string) (any, error) {
 		obj, meta = o, &o.ObjectMeta
 	}
 	meta.Annotations[AnnotationBatch] = batch
-	rv, err := s.put(ctx, w.res, obj, w.from == 0)
+	rv, err := s.put(ctx, w.res, w.name, obj, w.from == 0)
 	if err != nil {
 		return nil, err
 	}
@@ -631,14 +556,14 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 			name := fmt.Sprintf("%s-part-%d-%d-%d", s.opts.Name, next.Epoch, next.Seq, i)
 			part := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(name, s.opts.Namespace, 1, ""),
 				Spec: journalSpec{Holder: s.opts.Identity, Epoch: next.Epoch, Seq: next.Seq, Part: c}}
-			if _, err := s.put(ctx, "storejournals", &part, true); err != nil {
+			if _, err := s.put(ctx, resJournal, name, &part, true); err != nil {
 				return fmt.Errorf("write journal part %s: %w", name, err)
 			}
 			next.Parts = append(next.Parts, name)
 		}
 	}
 	head := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(s.opts.Name, s.opts.Namespace, 1, s.headRV), Spec: next}
-	rv, err := s.put(ctx, "storejournals", &head, false)
+	rv, err := s.put(ctx, resJournal, s.opts.Name, &head, false)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: %w: head %s: %w", store.ErrConflict, ErrFenced, s.opts.Name, err)
 	}
@@ -670,7 +595,7 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 		return fmt.Errorf("apply batch %s: %w", id, err)
 	}
 	for _, name := range next.Parts {
-		if err := s.remove(ctx, "storejournals", name, ""); err != nil && !apierrors.IsNotFound(err) {
+		if err := s.remove(ctx, resJournal, name, ""); err != nil && !apierrors.IsNotFound(err) {
 			s.log.Warn("delete journal part", "part", name, "err", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/store/kube"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -127,9 +128,11 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 						order = append([]*replica{r}, append(append([]*replica{}, replicas[:i]...), replicas[i+1:]...)...)
 					}
 				}
+				ok := false
 				for _, r := range order {
 					key, vni, err := acquire(r)
 					if err == nil {
+						ok = true
 						mu.Lock()
 						acked[key] = vni
 						ackedBy[r.id]++
@@ -144,6 +147,10 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 						otherErrs.Add(1)
 						lastErr.Store(fmt.Sprintf("client %d via %s: %v", c, r.id, err))
 					}
+				}
+				if !ok {
+					// No leader now: pace the retries as an agent does.
+					_ = backoff.Sleep(ctx, 50*time.Millisecond)
 				}
 			}
 		})

@@ -119,7 +119,7 @@ func newNamespace(t testing.TB, prefix string) string {
 
 func openKube(t testing.TB, ns, identity string) *kube.Store {
 	t.Helper()
-	st, err := kube.NewForConfig(srv.Config, kube.Options{Namespace: ns, Identity: identity})
+	st, err := kube.New(srv.Config, kube.Options{Namespace: ns, Identity: identity})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,91 +1,49 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/kube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 var errInjected = errors.New("injected fault: writer crashed")
 
-// fault lets a budget of record writes through (creates, updates and
-// deletes of leases, slices and quarantines), then fails every further
-// one, as a writer that crashes in the middle of a batch. Journal writes
-// fail instead when journal is set.
+// fault lets a budget of record writes through (POST, PUT and DELETE of
+// leases, slices and quarantines), then fails every further one before it
+// reaches the API server, as a writer that crashes in the middle of a
+// batch. Journal writes fail instead when journal is set.
 type fault struct {
 	budget  atomic.Int64
 	journal bool
+	next    http.RoundTripper
 }
 
-func (f *fault) trip(gvr schema.GroupVersionResource) bool {
-	if (gvr == kube.JournalResource) != f.journal {
-		return false
-	}
-	return f.budget.Add(-1) < 0
-}
-
-type faultyClient struct {
-	dynamic.Interface
-	f *fault
-}
-
-func (c faultyClient) Resource(gvr schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
-	return faultyNR{c.Interface.Resource(gvr), c.f, gvr}
-}
-
-type faultyNR struct {
-	dynamic.NamespaceableResourceInterface
-	f   *fault
-	gvr schema.GroupVersionResource
-}
-
-func (n faultyNR) Namespace(ns string) dynamic.ResourceInterface {
-	return faultyR{n.NamespaceableResourceInterface.Namespace(ns), n.f, n.gvr}
-}
-
-type faultyR struct {
-	dynamic.ResourceInterface
-	f   *fault
-	gvr schema.GroupVersionResource
-}
-
-func (r faultyR) Create(ctx context.Context, o *unstructured.Unstructured, opts metav1.CreateOptions, sub ...string) (*unstructured.Unstructured, error) {
-	if r.f.trip(r.gvr) {
+func (f *fault) RoundTrip(req *http.Request) (*http.Response, error) {
+	write := req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodDelete
+	journal := strings.Contains(req.URL.Path, "/"+kube.JournalResource.Resource)
+	if write && journal == f.journal && f.budget.Add(-1) < 0 {
 		return nil, errInjected
 	}
-	return r.ResourceInterface.Create(ctx, o, opts, sub...)
-}
-
-func (r faultyR) Update(ctx context.Context, o *unstructured.Unstructured, opts metav1.UpdateOptions, sub ...string) (*unstructured.Unstructured, error) {
-	if r.f.trip(r.gvr) {
-		return nil, errInjected
-	}
-	return r.ResourceInterface.Update(ctx, o, opts, sub...)
-}
-
-func (r faultyR) Delete(ctx context.Context, name string, opts metav1.DeleteOptions, sub ...string) error {
-	if r.f.trip(r.gvr) {
-		return errInjected
-	}
-	return r.ResourceInterface.Delete(ctx, name, opts, sub...)
+	return f.next.RoundTrip(req)
 }
 
 func faultyStore(t *testing.T, ns string, f *fault) *kube.Store {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
+	cfg := rest.CopyConfig(srv.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		f.next = rt
+		return f
 	}
-	st, err := kube.New(faultyClient{dc, f}, kube.Options{Namespace: ns, Identity: "faulty", Parallel: 1})
+	st, err := kube.New(cfg, kube.Options{Namespace: ns, Identity: "faulty", Parallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func run() error {
 
 	cfg := &rest.Config{Host: os.Getenv("KUBE_URL"), BearerToken: os.Getenv("KUBE_TOKEN"), QPS: -1,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, Timeout: 30 * time.Second}
-	st, err := kube.NewForConfig(cfg, kube.Options{Namespace: *ns, Identity: *id, Logger: log})
+	st, err := kube.New(cfg, kube.Options{Namespace: *ns, Identity: *id, Logger: log})
 	if err != nil {
 		return err
 	}
