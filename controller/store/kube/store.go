@@ -66,7 +66,7 @@ const (
 type Store struct {
 	rc   rest.Interface
 	opts Options
-	log    *slog.Logger
+	log  *slog.Logger
 
 	mu       sync.Mutex
 	loaded   bool
