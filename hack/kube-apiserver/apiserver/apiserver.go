@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -325,40 +326,57 @@ func (s *Server) InstallCRDs(ctx context.Context, fsys fs.FS, pattern string) er
 	return nil
 }
 
-// ObjectCounts returns the API server's apiserver_storage_objects gauge by
-// resource (e.g. "vnileases.slingshot.hpe.com"): the objects it holds in
-// etcd.
-func (s *Server) ObjectCounts(ctx context.Context) (map[string]int, error) {
-	rc, err := rest.UnversionedRESTClientFor(withCodec(s.Config))
+// ObjectCount returns how many objects the API server keeps in etcd under
+// prefix: "" for all of them, "slingshot.hpe.com/nodeslices/" for one
+// resource (keys are /registry/<prefix>...). It asks etcd directly (a
+// count-only range), so the figure is exact, not the API server's
+// periodically refreshed apiserver_resource_objects gauge.
+func (s *Server) ObjectCount(ctx context.Context, prefix string) (int, error) {
+	key := "/registry/" + prefix
+	end := []byte(key)
+	end[len(end)-1]++
+	body, err := json.Marshal(map[string]any{"key": []byte(key), "range_end": end, "count_only": true})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	raw, err := rc.Get().AbsPath("/metrics").DoRaw(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.EtcdURL+"/v3/kv/range", bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return 0, err
 	}
-	out := map[string]int{}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("etcd range: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Count string `json:"count"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("etcd range: %s: %v", resp.Status, err)
+	}
+	if out.Count == "" {
+		return 0, nil
+	}
+	return strconv.Atoi(out.Count)
+}
+
+// EtcdDBSize returns etcd's database size in bytes.
+func (s *Server) EtcdDBSize(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.EtcdURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_storage_objects{") {
-			continue
+		if v, ok := strings.CutPrefix(sc.Text(), "etcd_mvcc_db_total_size_in_bytes "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int64(f), err
 		}
-		labels, value, ok := strings.Cut(line, "} ")
-		if !ok {
-			continue
-		}
-		_, res, ok := strings.Cut(labels, `resource="`)
-		if !ok {
-			continue
-		}
-		res, _, _ = strings.Cut(res, `"`)
-		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		out[res] = int(f)
 	}
-	return out, sc.Err()
+	return 0, fmt.Errorf("etcd metrics: no etcd_mvcc_db_total_size_in_bytes (%v)", sc.Err())
 }
