@@ -99,7 +99,7 @@ type ownerFields struct {
 type leaseStatus struct {
 	Nodes     []string `json:"nodes,omitempty"`
 	NodeCount int      `json:"nodeCount"`
-	OwnerGone bool     `json:"ownerGone,omitempty"`
+	OwnerGone bool     `json:"ownerGone"`
 }
 
 type sliceObject struct {
