@@ -41,7 +41,7 @@ func TestKubectlColumns(t *testing.T) {
 		want               map[string][]string // row name -> cells after NAME
 	}{
 		{"vnileases", "", map[string][]string{
-			"vni-" + uid:             {"1042", "job", "team-a", "Job", "allreduce", "2", "false"},
+			"vni-" + uid:            {"1042", "job", "team-a", "Job", "allreduce", "2", "false"},
 			"vni-claim-team-b.ring": {"1043", "claim", "team-b", "VNIClaim", "ring", "0", "true"}}},
 		{"vnileases", "spec.owner.namespace=team-b", map[string][]string{
 			"vni-claim-team-b.ring": {"1043", "claim", "team-b", "VNIClaim", "ring", "0", "true"}}},
