@@ -1,0 +1,197 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/owner"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
+)
+
+// envPrefix prefixes the environment variable of every flag:
+// --vni-range is SLINGSHOT_CONTROLLER_VNI_RANGE.
+const envPrefix = "SLINGSHOT_CONTROLLER_"
+
+// Config is the controller's command line.
+type Config struct {
+	GRPCAddr, HooksAddr, MetricsAddr string
+	DB                               string
+	VNIRange, PodVNIRange            string
+	PodVNISliceSize                  int
+	IPPools                          string
+	Quarantine, SliceTTL, SliceGrace time.Duration
+	SweepInterval                    time.Duration
+	OwnerKinds                       string
+	NoKube                           bool
+	Kubeconfig                       string
+	Auth                             string
+	AgentServiceAccounts             string
+	TokenAudiences                   string
+	TLSCert, TLSKey, ClientCA        string
+	MTLSPrefix                       string
+	LogLevel, LogFormat              string
+
+	// Parsed by Validate.
+	controller controller.Config
+	kinds      []owner.Kind
+}
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags reads args, then the environment for every flag not given on
+// the command line, then validates. It returns flag.ErrHelp after printing
+// the usage for -h/--help.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("slingshot-controller", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":9440", "address of the gRPC API for node agents")
+	fs.StringVar(&c.HooksAddr, "hooks-addr", ":9441", "address of the Metacontroller hooks (/sync, /finalize); empty disables")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9442", "address of /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&c.DB, "db", "/var/lib/slingshot-controller/controller.db", "sqlite database file (WAL mode; its directory is created)")
+	fs.StringVar(&c.VNIRange, "vni-range", controller.DefaultVNIRange.String(), "VNI range MIN-MAX for job VNIs (0, 1 and 10 are never handed out); it may grow, but not shrink over live leases")
+	fs.StringVar(&c.PodVNIRange, "pod-vni-range", "", "sub-range MIN-MAX of --vni-range carved into node slices for pod-scoped VNIs; empty: pod-scoped VNIs come from --vni-range")
+	fs.IntVar(&c.PodVNISliceSize, "pod-vni-slice-size", 64, "VNIs per node slice of --pod-vni-range")
+	fs.StringVar(&c.IPPools, "ip-pools", "", "IP ranges carved into node slices, comma-separated NAME=PREFIX:/LEN (e.g. hsn0=10.150.0.0/16:/24)")
+	fs.DurationVar(&c.Quarantine, "quarantine", 60*time.Second, "how long a freed VNI waits before reuse")
+	fs.DurationVar(&c.SliceTTL, "slice-ttl", 60*time.Second, "node slice lease time; agents renew well within it")
+	fs.DurationVar(&c.SliceGrace, "slice-grace", 5*time.Minute, "how long a node must be gone before its empty slices are reclaimed and a deleted node stops holding VNIs")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", 10*time.Second, "interval of reclaim sweeps (quarantine, gone owners, gone nodes)")
+	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
+	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
+	fs.StringVar(&c.Auth, "auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount token), mtls (client certificates), none")
+	fs.StringVar(&c.AgentServiceAccounts, "agent-service-accounts", "system:serviceaccount:slingshot:slingshot-agent", "users accepted by --auth tokenreview, comma-separated")
+	fs.StringVar(&c.TokenAudiences, "token-audiences", "", "audiences a token must carry for --auth tokenreview, comma-separated; empty: the API server's")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate file of the gRPC API (with --tls-key)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "server key file of the gRPC API")
+	fs.StringVar(&c.ClientCA, "client-ca", "", "CA file that signs agent certificates, for --auth mtls")
+	fs.StringVar(&c.MTLSPrefix, "mtls-prefix", "slingshot-agent:", "common-name prefix of agent certificates; the rest names the agent's node")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: slingshot-controller [flags]\n\nThe Slingshot cluster controller: job VNI leases, node slices, gRPC API for agents, Metacontroller hooks.\nEvery flag can also be set in the environment as %s<FLAG>, e.g. %s.\n\n", envPrefix, envName("vni-range"))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Validate checks the configuration and fills in its parsed forms; it
+// returns every problem joined.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	vr, err := vnialloc.ParseRange(c.VNIRange)
+	if err != nil {
+		add("--vni-range: %w", err)
+	} else if vr.Empty() {
+		add("--vni-range: empty")
+	}
+	pr, err := vnialloc.ParseRange(c.PodVNIRange)
+	if err != nil {
+		add("--pod-vni-range: %w", err)
+	}
+	var pools []slices.PoolSpec
+	for _, p := range splitList(c.IPPools) {
+		spec, err := slices.ParseIPPool(p)
+		if err != nil {
+			add("--ip-pools: %w", err)
+			continue
+		}
+		pools = append(pools, spec)
+	}
+	c.kinds, err = owner.ParseKinds(c.OwnerKinds)
+	if err != nil {
+		add("--owner-kinds: %w", err)
+	}
+	if c.GRPCAddr == "" {
+		add("--grpc-addr: empty")
+	}
+	if c.DB == "" {
+		add("--db: empty")
+	}
+	if c.Quarantine < 0 {
+		add("--quarantine: negative")
+	}
+	if c.SweepInterval <= 0 {
+		add("--sweep-interval: must be positive")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		add("--tls-cert and --tls-key go together")
+	}
+	switch c.Auth {
+	case "tokenreview":
+		if c.NoKube {
+			add("--auth tokenreview needs the Kubernetes API; use --auth mtls or none with --no-kube")
+		}
+		if len(splitList(c.AgentServiceAccounts)) == 0 {
+			add("--agent-service-accounts: empty")
+		}
+	case "mtls":
+		if c.TLSCert == "" || c.ClientCA == "" {
+			add("--auth mtls needs --tls-cert, --tls-key and --client-ca")
+		}
+	case "none":
+	default:
+		add("--auth %q: want tokenreview, mtls or none", c.Auth)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		add("--log-format %q: want json or text", c.LogFormat)
+	}
+	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
+		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval}
+	if c.Quarantine == 0 {
+		c.controller.Quarantine = -1 // explicitly none
+	}
+	if len(errs) == 0 {
+		if err := c.controller.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/hooks"
+	"github.com/slingshot-k8s/slingshot/controller/owner"
+	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func newLogger(c *Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// run serves until ctx ends or a component fails.
+func run(ctx context.Context, c *Config, logw io.Writer) error {
+	log := newLogger(c, logw)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if err := os.MkdirAll(filepath.Dir(c.DB), 0o700); err != nil {
+		return fmt.Errorf("db directory: %w", err)
+	}
+	st, err := sqlite.Open(ctx, c.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	var (
+		resolver controller.Resolver
+		nodes    *owner.NodeWatcher
+		cs       kubernetes.Interface
+	)
+	if !c.NoKube {
+		rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes config: %w", err)
+		}
+		rc.UserAgent = "slingshot-controller"
+		if cs, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		md, err := metadata.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("metadata client: %w", err)
+		}
+		resolver = owner.NewResolver(md, c.kinds)
+		nodes = owner.NewNodeWatcher(cs, nil)
+	}
+	cc := c.controller
+	cc.Logger, cc.Registerer = log, reg
+	var nd controller.NodeDirectory
+	if nodes != nil {
+		nd = nodes
+	}
+	svc, err := controller.New(st, resolver, nd, cc)
+	if err != nil {
+		return err
+	}
+
+	gopts := []grpc.ServerOption{}
+	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(reg)}
+	switch c.Auth {
+	case "tokenreview":
+		interceptors = append(interceptors, auth.UnaryInterceptor(
+			auth.NewTokenReview(cs, splitList(c.TokenAudiences), splitList(c.AgentServiceAccounts), 0)))
+	case "mtls":
+		interceptors = append(interceptors, auth.UnaryInterceptor(auth.MTLS{Prefix: c.MTLSPrefix}))
+	default:
+		log.Warn("agents are not authenticated (--auth none)")
+	}
+	if c.TLSCert != "" {
+		tc, err := serverTLS(c)
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...))
+	gs := grpc.NewServer(gopts...)
+	grpcapi.NewServer(svc, cc.SliceTTL).Register(gs)
+
+	// Listen before loading, so early callers get Unavailable rather
+	// than connection refused.
+	glis, err := net.Listen("tcp", c.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", c.GRPCAddr, err)
+	}
+	var servers []*http.Server
+	var listeners []net.Listener
+	if c.HooksAddr != "" {
+		var followed []hooks.GroupKind
+		for _, k := range c.kinds {
+			followed = append(followed, hooks.GroupKind{Group: k.Group, Kind: k.Kind})
+		}
+		servers = append(servers, &http.Server{Handler: hooks.New(svc, followed, log, reg), ReadHeaderTimeout: 10 * time.Second})
+		l, err := net.Listen("tcp", c.HooksAddr)
+		if err != nil {
+			glis.Close()
+			return fmt.Errorf("listen %s: %w", c.HooksAddr, err)
+		}
+		listeners = append(listeners, l)
+	}
+	if c.MetricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !svc.Ready() {
+				http.Error(w, "loading state", http.StatusServiceUnavailable)
+				return
+			}
+			w.Write([]byte("ok\n"))
+		})
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		l, err := net.Listen("tcp", c.MetricsAddr)
+		if err != nil {
+			glis.Close()
+			for _, l := range listeners {
+				l.Close()
+			}
+			return fmt.Errorf("listen %s: %w", c.MetricsAddr, err)
+		}
+		listeners = append(listeners, l)
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	fail := func(name string, err error) {
+		if err != nil && ctx.Err() == nil {
+			cancel(fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	wg.Go(func() { fail("controller", svc.Run(ctx)) })
+	if nodes != nil {
+		wg.Go(func() { fail("node watcher", nodes.Run(ctx)) })
+	}
+	wg.Go(func() { fail("grpc", gs.Serve(glis)) })
+	log.Info("serving grpc", "addr", glis.Addr().String())
+	for i, s := range servers {
+		l := listeners[i]
+		log.Info("serving http", "addr", l.Addr().String())
+		wg.Go(func() {
+			if err := s.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				fail("http "+l.Addr().String(), err)
+			}
+		})
+	}
+	go func() {
+		select {
+		case <-svc.Loaded():
+			log.Info("state loaded; answering requests")
+		case <-ctx.Done():
+		}
+	}()
+
+	<-ctx.Done()
+	log.Info("shutting down", "cause", context.Cause(ctx))
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer scancel()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+	}
+	for _, s := range servers {
+		s.Shutdown(sctx)
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+func serverTLS(c *Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("tls key pair: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.ClientCA != "" {
+		pem, err := os.ReadFile(c.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("client ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client ca %s: no certificate", c.ClientCA)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
