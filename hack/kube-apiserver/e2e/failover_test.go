@@ -3,11 +3,12 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,10 +22,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// replica is one controller replica process.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// replica is one slingshot-controller process.
 type replica struct {
 	id     string
 	cmd    *exec.Cmd
@@ -33,13 +39,15 @@ type replica struct {
 	exited chan error
 }
 
-func startReplica(t *testing.T, ns, id string, logs *os.File) *replica {
+// startReplica runs slingshot-controller --store kube --leader-elect as
+// replica id, with its JSON log appended to logs.
+func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer) *replica {
 	t.Helper()
-	cmd := exec.Command(replicaBinary(t), "--namespace", ns, "--identity", id)
-	cmd.Env = append(os.Environ(), "KUBE_URL="+srv.Config.Host, "KUBE_TOKEN="+srv.Config.BearerToken)
-	cmd.Stderr = logs
+	cmd := exec.Command(controllerBinary(t), "--store", "kube", "--leader-elect", "--store-namespace", ns, "--identity", id,
+		"--kubeconfig", kubeconfig, "--auth", "none", "--grpc-addr", "127.0.0.1:0", "--hooks-addr=", "--metrics-addr=",
+		"--log-format", "json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +57,19 @@ func startReplica(t *testing.T, ns, id string, logs *os.File) *replica {
 	r := &replica{id: id, cmd: cmd, exited: make(chan error, 1)}
 	addr := make(chan string, 1)
 	go func() {
-		sc := bufio.NewScanner(out)
+		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
-				addr <- a
+			fmt.Fprintf(logs, "%s %s\n", id, sc.Bytes())
+			var line struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving grpc" {
+				addr <- line.Addr
 			}
 		}
+		r.exited <- cmd.Wait()
 	}()
-	go func() { r.exited <- cmd.Wait() }()
 	select {
 	case a := <-addr:
 		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -72,26 +85,73 @@ func startReplica(t *testing.T, ns, id string, logs *os.File) *replica {
 	t.Cleanup(func() {
 		r.conn.Close()
 		_ = cmd.Process.Kill()
-		<-r.exited
-		r.exited <- nil
+		r.exited <- <-r.exited
 	})
 	return r
 }
 
-// TestFailoverLosesAndDuplicatesNoLease runs three replicas under an
-// acquire storm of 32 clients (every acquire a new pod, so a new lease),
-// SIGKILLs the leader mid-storm, then stops the next leader with SIGTERM.
+// createPods creates n pods (pending forever: no scheduler runs) for the
+// controller's resolver to find, and returns their names and UIDs.
+func createPods(t *testing.T, ns string, n int) ([]string, []string) {
+	t.Helper()
+	cs := kubeClient(t)
+	ctx := t.Context()
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	names, uids := make([]string, n), make([]string, n)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	no := false
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i)},
+				Spec: corev1.PodSpec{AutomountServiceAccountToken: &no, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}},
+				metav1.CreateOptions{})
+			if err != nil {
+				failed.Store(err)
+				return
+			}
+			names[i], uids[i] = p.Name, string(p.UID)
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatalf("create pods: %v", err)
+	}
+	return names, uids
+}
+
+// TestFailoverLosesAndDuplicatesNoLease runs three slingshot-controller
+// replicas (--store kube --leader-elect) under an acquire storm of 32
+// clients (every acquire for a new pod, so a new lease; a call that fails
+// is retried for the same pod), SIGKILLs the leader mid-storm, then stops
+// the next leader with SIGTERM.
 // Every acknowledged lease must be in the store afterwards with the VNI
 // its client was told, and no VNI may be leased twice.
 func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	ns := newNamespace(t, "failover")
+	podNS := newNamespace(t, "storm")
+	start := time.Now()
+	pods, uids := createPods(t, podNS, 3600)
+	t.Logf("created %d pods in %v", len(pods), time.Since(start).Round(time.Millisecond))
 	logs, err := os.CreateTemp("", "kstore-replicas-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logs.Close()
+	var logMu sync.Mutex
+	logw := writerFunc(func(b []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(b)
+	})
 	t.Logf("replica logs: %s", logs.Name())
-	replicas := []*replica{startReplica(t, ns, "r0", logs), startReplica(t, ns, "r1", logs), startReplica(t, ns, "r2", logs)}
+	kc := writeKubeconfig(t)
+	replicas := []*replica{startReplica(t, ns, "r0", kc, logw), startReplica(t, ns, "r1", kc, logw), startReplica(t, ns, "r2", kc, logw)}
 	var (
 		mu       sync.Mutex
 		acked    = map[string]uint32{} // lease key -> vni
@@ -102,13 +162,11 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	leaderID.Store("")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	acquire := func(r *replica) (string, uint32, error) {
-		n := next.Add(1)
-		pod := fmt.Sprintf("pod-%d", n)
+	acquire := func(r *replica, n int) (string, uint32, error) {
 		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 		defer ccancel()
 		l, err := r.client.AcquireJobVNI(cctx, &apiv1.AcquireJobVNIRequest{
-			Pod:  &apiv1.PodRef{Namespace: "storm", Name: pod, Uid: fmt.Sprintf("%08x-0000-4000-8000-000000000000", n)},
+			Pod:  &apiv1.PodRef{Namespace: podNS, Name: pods[n], Uid: uids[n]},
 			Node: fmt.Sprintf("node-%d", n%50)})
 		if err != nil {
 			return "", 0, err
@@ -121,7 +179,8 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	var lastErr atomic.Value
 	for c := range 32 {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			n := int(next.Add(1)) - 1
+			for ctx.Err() == nil && n < len(pods) {
 				order := replicas
 				for i, r := range replicas {
 					if r.id == leaderID.Load() {
@@ -130,9 +189,10 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 				}
 				ok := false
 				for _, r := range order {
-					key, vni, err := acquire(r)
+					key, vni, err := acquire(r, n)
 					if err == nil {
 						ok = true
+						n = int(next.Add(1)) - 1
 						mu.Lock()
 						acked[key] = vni
 						ackedBy[r.id]++

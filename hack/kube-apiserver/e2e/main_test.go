@@ -127,30 +127,53 @@ func openKube(t testing.TB, ns, identity string) *kube.Store {
 }
 
 var (
-	replicaOnce sync.Once
-	replicaBin  string
-	replicaErr  error
+	controllerOnce sync.Once
+	controllerBin  string
+	controllerErr  error
 )
 
-// replicaBinary builds the replica command once.
-func replicaBinary(t testing.TB) string {
+// controllerBinary builds slingshot-controller, as it ships, once.
+func controllerBinary(t testing.TB) string {
 	t.Helper()
-	replicaOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kstore-replica")
+	controllerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kstore-controller")
 		if err != nil {
-			replicaErr = err
+			controllerErr = err
 			return
 		}
-		replicaBin = filepath.Join(dir, "replica")
-		cmd := exec.Command("go", "build", "-o", replicaBin, "./replica")
-		cmd.Dir = ".."
+		controllerBin = filepath.Join(dir, "slingshot-controller")
+		cmd := exec.Command("go", "build", "-o", controllerBin, "./cmd/slingshot-controller")
+		cmd.Dir = filepath.Join("..", "..", "..")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			replicaErr = fmt.Errorf("build replica: %v\n%s", err, out)
+			controllerErr = fmt.Errorf("build slingshot-controller: %v\n%s", err, out)
 		}
 	})
-	if replicaErr != nil {
-		t.Fatal(replicaErr)
+	if controllerErr != nil {
+		t.Fatal(controllerErr)
 	}
-	return replicaBin
+	return controllerBin
+}
+
+// writeKubeconfig writes a kubeconfig for the test API server.
+func writeKubeconfig(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {token: %q}
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin}
+current-context: e2e
+`, srv.Config.Host, srv.Config.BearerToken)
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

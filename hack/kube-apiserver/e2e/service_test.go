@@ -64,18 +64,28 @@ func runService(t testing.TB, st store.Store, res controller.Resolver, cfg contr
 	return svc
 }
 
-// jobResolver resolves each pod to the job its test registered.
+// jobResolver resolves each pod to the job its test registered; a job
+// exists until the test says it is gone.
 type jobResolver struct {
 	mu   sync.Mutex
 	pods map[string]store.Owner
+	gone map[string]bool // owner namespace/name
 }
 
-func newJobResolver() *jobResolver { return &jobResolver{pods: map[string]store.Owner{}} }
+func newJobResolver() *jobResolver {
+	return &jobResolver{pods: map[string]store.Owner{}, gone: map[string]bool{}}
+}
 
 func (r *jobResolver) add(pod string, owner store.Owner) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pods[pod] = owner
+}
+
+func (r *jobResolver) setGone(owner store.Owner) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gone[owner.Namespace+"/"+owner.Name] = true
 }
 
 func (r *jobResolver) ResolvePod(_ context.Context, p controller.PodRef) (controller.Resolution, error) {
@@ -90,5 +100,8 @@ func (r *jobResolver) ResolvePod(_ context.Context, p controller.PodRef) (contro
 	return res, nil
 }
 
-// OwnerExists says yes: the tests end jobs through FinalizeOwner.
-func (r *jobResolver) OwnerExists(context.Context, store.Owner) (bool, error) { return true, nil }
+func (r *jobResolver) OwnerExists(_ context.Context, o store.Owner) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.gone[o.Namespace+"/"+o.Name], nil
+}
