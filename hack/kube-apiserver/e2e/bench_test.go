@@ -13,14 +13,15 @@ import (
 
 // BenchmarkAcquire measures job VNI acquires through the controller on
 // each store, from 64 concurrent clients: every op leases a VNI to a new
-// job and releases it when the job ends (release and finalize untimed in
-// the latency, but inside the op rate). It reports acquires/s and the
-// acquire latency's p50 and p99.
+// job on one node (a lease written durably before the answer; group
+// commit shares the writes of concurrent acquires). It reports acquires/s
+// and the latency's p50 and p99. The range holds 64,512 VNIs: run a fixed
+// count below that, e.g. -benchtime 10000x (make e2e-k8s-bench).
 func BenchmarkAcquire(b *testing.B) {
 	for _, be := range backends() {
 		b.Run(be.name, func(b *testing.B) {
 			res := newJobResolver()
-			svc := runService(b, be.open(b), res, controller.Config{Quarantine: -1, SweepInterval: time.Hour})
+			svc := runService(b, be.open(b), res, controller.Config{SweepInterval: time.Hour})
 			ctx := b.Context()
 			var next atomic.Int64
 			var mu sync.Mutex
@@ -38,16 +39,8 @@ func BenchmarkAcquire(b *testing.B) {
 					t0 := time.Now()
 					l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: owner.Namespace, Name: pod, UID: fmt.Sprintf("pod-%d", n)}, "node-1")
 					mine = append(mine, time.Since(t0))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if _, err := svc.ReleaseJobVNI(ctx, l.Key, "node-1"); err != nil {
-						b.Error(err)
-						return
-					}
-					if _, done, err := svc.FinalizeOwner(ctx, owner, true); err != nil || !done {
-						b.Errorf("finalize: done %v, %v", done, err)
+					if err != nil || l.VNI == 0 {
+						b.Errorf("acquire: vni %d, %v", l.VNI, err)
 						return
 					}
 				}
