@@ -22,6 +22,10 @@ const envPrefix = "SLINGSHOT_CONTROLLER_"
 type Config struct {
 	GRPCAddr, HooksAddr, MetricsAddr string
 	DB                               string
+	Store, StoreNamespace, Identity  string
+	LeaderElect                      bool
+	LeaseDuration, RenewDeadline     time.Duration
+	RetryPeriod                      time.Duration
 	VNIRange, PodVNIRange            string
 	PodVNISliceSize                  int
 	IPPools                          string
@@ -57,6 +61,13 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.HooksAddr, "hooks-addr", ":9441", "address of the Metacontroller hooks (/sync, /finalize); empty disables")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9442", "address of /metrics, /healthz and /readyz; empty disables")
 	fs.StringVar(&c.DB, "db", "/var/lib/slingshot-controller/controller.db", "sqlite database file (WAL mode; its directory is created)")
+	fs.StringVar(&c.Store, "store", "sqlite", "where leases live: sqlite (the --db file; one replica) or kube (custom resources in --store-namespace; for --leader-elect)")
+	fs.StringVar(&c.StoreNamespace, "store-namespace", "", "namespace of the kube store's objects and of the leader election Lease; empty: this pod's namespace")
+	fs.StringVar(&c.Identity, "identity", "", "this replica's name in the store and the election; empty: the host (pod) name")
+	fs.BoolVar(&c.LeaderElect, "leader-elect", false, "run as one of several replicas: only the elected leader serves, the others are not ready (needs --store kube)")
+	fs.DurationVar(&c.LeaseDuration, "leader-elect-lease-duration", 8*time.Second, "how long followers wait after the leader's last renewal before taking over")
+	fs.DurationVar(&c.RenewDeadline, "leader-elect-renew-deadline", 5*time.Second, "how long the leader retries a renewal before it steps down")
+	fs.DurationVar(&c.RetryPeriod, "leader-elect-retry-period", time.Second, "interval of election attempts")
 	fs.StringVar(&c.VNIRange, "vni-range", controller.DefaultVNIRange.String(), "VNI range MIN-MAX for job VNIs (0, 1 and 10 are never handed out); it may grow, but not shrink over live leases")
 	fs.StringVar(&c.PodVNIRange, "pod-vni-range", "", "sub-range MIN-MAX of --vni-range carved into node slices for pod-scoped VNIs; empty: pod-scoped VNIs come from --vni-range")
 	fs.IntVar(&c.PodVNISliceSize, "pod-vni-slice-size", 64, "VNIs per node slice of --pod-vni-range")
@@ -147,8 +158,31 @@ func (c *Config) Validate() error {
 	if c.GRPCAddr == "" {
 		add("--grpc-addr: empty")
 	}
-	if c.DB == "" {
-		add("--db: empty")
+	if p, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
+		c.Store, c.DB = "sqlite", p
+	}
+	switch c.Store {
+	case "sqlite":
+		if c.DB == "" {
+			add("--db: empty")
+		}
+		if c.LeaderElect {
+			add("--leader-elect needs --store kube: a sqlite file has one writer")
+		}
+	case "kube":
+		if c.NoKube {
+			add("--store kube needs the Kubernetes API (not --no-kube)")
+		}
+	default:
+		add("--store %q: want sqlite or kube", c.Store)
+	}
+	if c.LeaderElect {
+		// Namespace and identity are filled in at run time; check timing.
+		e := c.election("ns")
+		e.Identity = "id"
+		if err := e.Validate(); err != nil {
+			add("--leader-elect: %w", err)
+		}
 	}
 	if c.Quarantine < 0 {
 		add("--quarantine: negative")

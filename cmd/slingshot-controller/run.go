@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -22,13 +21,13 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
+	"github.com/slingshot-k8s/slingshot/controller/leader"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
-	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 )
 
 func newLogger(c *Config, w io.Writer) *slog.Logger {
@@ -47,26 +46,17 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	if err := os.MkdirAll(filepath.Dir(c.DB), 0o700); err != nil {
-		return fmt.Errorf("db directory: %w", err)
-	}
-	st, err := sqlite.Open(ctx, c.DB)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
 	var (
 		resolver controller.Resolver
 		nodes    *owner.NodeWatcher
 		cs       kubernetes.Interface
+		rc       *rest.Config
 	)
 	if !c.NoKube {
-		rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-		if err != nil {
-			return fmt.Errorf("kubernetes config: %w", err)
+		var err error
+		if rc, err = kubeConfig(c.Kubeconfig); err != nil {
+			return err
 		}
-		rc.UserAgent = "slingshot-controller"
 		if cs, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
@@ -77,6 +67,11 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		resolver = owner.NewResolver(md, c.kinds)
 		nodes = owner.NewNodeWatcher(cs, nil)
 	}
+	st, err := openStore(ctx, c, rc, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	cc := c.controller
 	cc.Logger, cc.Registerer = log, reg
 	var nd controller.NodeDirectory
@@ -162,7 +157,16 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 			cancel(fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	wg.Go(func() { fail("controller", svc.Run(ctx)) })
+	if c.LeaderElect {
+		el, err := leader.New(cs.CoordinationV1(), c.election(c.StoreNamespace))
+		if err != nil {
+			return err
+		}
+		log.Info("leader election", "lease", c.StoreNamespace+"/slingshot-controller", "identity", c.Identity)
+		wg.Go(func() { fail("controller", el.Run(ctx, svc.Run)) })
+	} else {
+		wg.Go(func() { fail("controller", svc.Run(ctx)) })
+	}
 	if nodes != nil {
 		wg.Go(func() { fail("node watcher", nodes.Run(ctx)) })
 	}

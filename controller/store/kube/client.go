@@ -1,0 +1,149 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+)
+
+// The store talks JSON to the API server through a plain REST client and
+// decodes into the object types above directly: a list of thousands of
+// leases is decoded once, not into maps first.
+
+// newRESTClient returns a JSON client for the store's group and version.
+// A config without a rate limit (QPS 0) gets 500 queries per second with
+// bursts of 1000 instead of client-go's default of 5, which would
+// throttle every batch.
+func newRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	if c.QPS == 0 {
+		c.QPS, c.Burst = 500, 1000
+	}
+	gv := schema.GroupVersion{Group: Group, Version: Version}
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	c.ContentType = runtime.ContentTypeJSON
+	c.AcceptContentTypes = runtime.ContentTypeJSON
+	// Only metav1.Status needs decoding by the client: errors.
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	c.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = "slingshot-controller-store"
+	}
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("rest client: %w", err)
+	}
+	return rc, nil
+}
+
+// listMeta is the part of a list's metadata the store reads.
+type listMeta struct {
+	Continue string `json:"continue,omitempty"`
+}
+
+type objectList[T any] struct {
+	Metadata listMeta `json:"metadata"`
+	Items    []T      `json:"items"`
+}
+
+func (s *Store) get(ctx context.Context, r resource, name string, into any) error {
+	return s.call(ctx, func(ctx context.Context) error {
+		raw, err := s.rc.Get().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		return decodeJSON(raw, into)
+	})
+}
+
+// put creates or updates obj (its ResourceVersion is the precondition of
+// an update) and returns the new resourceVersion.
+func (s *Store) put(ctx context.Context, r resource, name string, obj any, create bool) (string, error) {
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	err = s.call(ctx, func(ctx context.Context) error {
+		req := s.rc.Post().Namespace(s.opts.Namespace).Resource(string(r))
+		if !create {
+			req = s.rc.Put().Namespace(s.opts.Namespace).Resource(string(r)).Name(name)
+		}
+		raw, err := req.Body(body).Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		return decodeJSON(raw, &out)
+	})
+	if err != nil {
+		return "", err
+	}
+	return out.Metadata.ResourceVersion, nil
+}
+
+// remove deletes r/name; rv, unless empty, is its precondition.
+func (s *Store) remove(ctx context.Context, r resource, name, rv string) error {
+	opts := metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}}
+	if rv != "" {
+		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+	}
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return err
+	}
+	return s.call(ctx, func(ctx context.Context) error {
+		return s.rc.Delete().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Body(body).Do(ctx).Error()
+	})
+}
+
+// listAll pages through every object of r.
+func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) error {
+	cont := ""
+	for {
+		var page objectList[T]
+		err := s.call(ctx, func(ctx context.Context) error {
+			req := s.rc.Get().Namespace(s.opts.Namespace).Resource(string(r)).Param("limit", strconv.Itoa(listPage))
+			if cont != "" {
+				req = req.Param("continue", cont)
+			}
+			raw, err := req.Do(ctx).Raw()
+			if err != nil {
+				return err
+			}
+			return decodeJSON(raw, &page)
+		})
+		if err != nil {
+			return fmt.Errorf("list %s: %w", r, err)
+		}
+		for i := range page.Items {
+			add(&page.Items[i])
+		}
+		if cont = page.Metadata.Continue; cont == "" {
+			return nil
+		}
+	}
+}
+
+// listPage is the page size of lists: large pages keep a load of many
+// thousand leases to a few round trips.
+const listPage = 2000
+
+func decodeJSON(raw []byte, into any) error {
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadObject, err)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/store/kube"
+	"github.com/slingshot-k8s/slingshot/hack/kube-apiserver/apiserver"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// srv is the API server every test shares.
+var srv *apiserver.Server
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	bin := os.Getenv("KUBE_APISERVER")
+	if bin == "" {
+		bin, _ = filepath.Abs(filepath.Join("..", "bin", "kube-apiserver"))
+	}
+	etcd := os.Getenv("ETCD")
+	if etcd == "" {
+		etcd = "/usr/bin/etcd"
+	}
+	for _, b := range []string{bin, etcd} {
+		if _, err := os.Stat(b); err != nil {
+			if os.Getenv("E2E_K8S_REQUIRED") != "" {
+				fmt.Fprintf(os.Stderr, "e2e-k8s: %v (make e2e-k8s installs etcd-server and builds bin/kube-apiserver)\n", err)
+				return 1
+			}
+			fmt.Fprintf(os.Stderr, "e2e-k8s: skipped: %v; run make e2e-k8s\n", err)
+			return 0
+		}
+	}
+	dir, err := os.MkdirTemp("", "kstore-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	start := time.Now()
+	srv, err = apiserver.Start(ctx, apiserver.Options{KubeAPIServer: bin, Etcd: etcd, Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-k8s:", err)
+		return 1
+	}
+	defer srv.Stop()
+	if err := srv.InstallCRDs(ctx, kube.CRDs, "crds/*.yaml"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-k8s:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e-k8s: kube-apiserver %s on etcd %s ready in %v\n", srv.URL, srv.EtcdURL, time.Since(start).Round(time.Millisecond))
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "e2e-k8s: logs: %s, %s\n", srv.APIServerLog, srv.EtcdLog)
+		// Keep the logs for the failure report.
+		if keep, err := os.MkdirTemp("", "kstore-e2e-logs"); err == nil {
+			for _, p := range []string{srv.APIServerLog, srv.EtcdLog} {
+				if b, err := os.ReadFile(p); err == nil {
+					_ = os.WriteFile(filepath.Join(keep, filepath.Base(p)), b, 0o644)
+				}
+			}
+			fmt.Fprintf(os.Stderr, "e2e-k8s: logs kept in %s\n", keep)
+		}
+	}
+	return code
+}
+
+var (
+	clientsetOnce sync.Once
+	clientset     kubernetes.Interface
+)
+
+func kubeClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	clientsetOnce.Do(func() {
+		cs, err := kubernetes.NewForConfig(srv.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientset = cs
+	})
+	return clientset
+}
+
+// ensureNamespace creates namespace ns unless it exists.
+func ensureNamespace(t testing.TB, ns string) string {
+	t.Helper()
+	_, err := kubeClient(t).CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", ns, err)
+	}
+	return ns
+}
+
+// newNamespace returns a fresh namespace for one test.
+func newNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	h := sha256.Sum256(fmt.Appendf(nil, "%s/%d", t.Name(), time.Now().UnixNano()))
+	return ensureNamespace(t, prefix+"-"+hex.EncodeToString(h[:5]))
+}
+
+func openKube(t testing.TB, ns, identity string) *kube.Store {
+	t.Helper()
+	st, err := kube.New(srv.Config, kube.Options{Namespace: ns, Identity: identity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+var (
+	controllerOnce sync.Once
+	controllerBin  string
+	controllerErr  error
+)
+
+// controllerBinary builds slingshot-controller, as it ships, once.
+func controllerBinary(t testing.TB) string {
+	t.Helper()
+	controllerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kstore-controller")
+		if err != nil {
+			controllerErr = err
+			return
+		}
+		controllerBin = filepath.Join(dir, "slingshot-controller")
+		cmd := exec.Command("go", "build", "-o", controllerBin, "./cmd/slingshot-controller")
+		cmd.Dir = filepath.Join("..", "..", "..")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			controllerErr = fmt.Errorf("build slingshot-controller: %v\n%s", err, out)
+		}
+	})
+	if controllerErr != nil {
+		t.Fatal(controllerErr)
+	}
+	return controllerBin
+}
+
+// writeKubeconfig writes a kubeconfig for the test API server.
+func writeKubeconfig(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {token: %q}
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: admin}
+current-context: e2e
+`, srv.Config.Host, srv.Config.BearerToken)
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
