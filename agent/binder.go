@@ -249,12 +249,10 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 // checkpoint: "main@hpe.com/cxi".
 func allocationRecord(container, resource string) string { return container + "@" + resource }
 
-// findPod finds the pod and container holding ids, listing PodResources
-// again if the last snapshot does not have them yet.
+// findPod finds the pod and container holding ids. It always lists
+// PodResources anew: a device freed by a pod that just exited is handed to
+// the next pod at once, so an older snapshot can name the wrong pod.
 func (b *binder) findPod(ctx context.Context, resource string, ids []string) (*podwatch.Pod, string, error) {
-	if p, c, ok := b.pods.Latest().Find(resource, ids); ok {
-		return p, c, nil
-	}
 	snap, err := b.pods.Refresh(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("find the pod of devices %v: %w", ids, err)

@@ -29,17 +29,26 @@ const res = "hpe.com/cxi"
 
 // fakePods is the kubelet's PodResources as the test sets it.
 type fakePods struct {
-	mu   sync.Mutex
-	snap *podwatch.Snapshot
+	mu    sync.Mutex
+	snap  *podwatch.Snapshot
+	stale *podwatch.Snapshot // if set, what Latest returns until a Refresh
 }
 
 func (f *fakePods) Latest() *podwatch.Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stale != nil {
+		return f.stale
+	}
 	return f.snap
 }
 
-func (f *fakePods) Refresh(context.Context) (*podwatch.Snapshot, error) { return f.Latest(), nil }
+func (f *fakePods) Refresh(context.Context) (*podwatch.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stale = nil
+	return f.snap, nil
+}
 
 func (f *fakePods) set(pods ...*podwatch.Pod) {
 	snap := &podwatch.Snapshot{Pods: map[string]*podwatch.Pod{}}
@@ -218,6 +227,27 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 	}
 	if n := len(r.services(t, "cxi0")) + len(r.services(t, "cxi1")); n != 2 {
 		t.Fatalf("%d services after a container restart, want 2", n)
+	}
+}
+
+// A device freed by an exited pod goes to the next pod at once; a bind
+// must not trust an older snapshot that still names the old holder.
+func TestPreStartIgnoresStaleSnapshot(t *testing.T) {
+	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-old": 4026532001, "uid-new": 4026532002})
+	r.pods.set(pod("ns", "old", "uid-old", "main", dev0))
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	stale := r.pods.Latest()
+	r.pods.set(pod("ns", "new", "uid-new", "main", dev0))
+	r.pods.mu.Lock()
+	r.pods.stale = stale
+	r.pods.mu.Unlock()
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	if r.b.state.Pods["ns/new"] == nil || len(r.b.state.Pods["ns/new"].Services) != 1 {
+		t.Fatalf("the new holder was not bound: %+v", r.b.state.Pods)
 	}
 }
 

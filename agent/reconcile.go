@@ -77,6 +77,14 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		unlock()
 	}
 
+	// List again: the pass above destroyed the services of gone pods.
+	for name, n := range b.nics {
+		svcs, err := n.drv.List(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("list services on %s: %w", name, err)
+		}
+		driver[name] = svcs
+	}
 	for name, svcs := range driver {
 		for _, svc := range svcs {
 			if owned[name][svc.ID] || svc.IsDefault() || svc.System {

@@ -110,7 +110,11 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 		}
 		return true, ""
 	})
-	// Every pod admitted after the restart binds as usual.
+	// Every pod admitted after the restart (and re-registration) binds as usual.
+	eventually(t, 10*time.Second, "re-registered", func() (bool, string) {
+		c, a := n.Kubelet.Capacity(nicResource)
+		return c == 32 && a == 32, itoa(c) + "/" + itoa(a)
+	})
 	p := newPod("churn", "after-restart", 1, nil)
 	n.StartSandbox(p, 4026534999)
 	if _, err := n.Kubelet.Admit(ctx, p); err != nil {
