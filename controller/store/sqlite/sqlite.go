@@ -60,6 +60,8 @@ var migrations = []string{
 // Store is a sqlite-backed [store.Store]. It is safe for concurrent use.
 type Store struct {
 	db *sql.DB
+
+	stmts map[stmtKey]*sql.Stmt
 }
 
 var _ store.Store = (*Store)(nil)
@@ -79,9 +81,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// One connection: the controller is the single writer, and a single
 	// connection keeps the pragmas and avoids lock contention with itself.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db}
+	s := &Store{db: db, stmts: map[stmtKey]*sql.Stmt{}}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := s.prepare(ctx); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return s, nil
@@ -116,7 +122,69 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	return s.db.Close()
+}
+
+// tables describes each table's key and columns, for the statements
+// prepared at Open.
+var tables = map[string]struct {
+	keyWhere string
+	cols     []string
+}{
+	"vni_leases": {"key = ?", []string{"key", "vni", "scope", "owner_api_version", "owner_kind", "owner_namespace",
+		"owner_name", "owner_uid", "nodes", "owner_gone", "created_ms"}},
+	"vni_quarantine": {"vni = ?", []string{"vni", "released_ms"}},
+	"node_slices":    {"pool = ? AND idx = ?", []string{"pool", "idx", "node", "expires_ms", "allocated", "reported_ms"}},
+	"meta":           {"key = ?", []string{"key", "value"}},
+}
+
+type stmtKind int
+
+const (
+	stmtDelete stmtKind = iota
+	stmtExists
+	stmtInsert
+	stmtUpdate
+)
+
+func statementSQL(table string, kind stmtKind) string {
+	t := tables[table]
+	switch kind {
+	case stmtDelete:
+		return "DELETE FROM " + table + " WHERE " + t.keyWhere + " AND version = ?"
+	case stmtExists:
+		return "SELECT count(*) FROM " + table + " WHERE " + t.keyWhere
+	case stmtInsert:
+		ph := strings.TrimSuffix(strings.Repeat("?, ", len(t.cols)+1), ", ")
+		return "INSERT INTO " + table + " (" + strings.Join(t.cols, ", ") + ", version) VALUES (" + ph + ")"
+	default:
+		return "UPDATE " + table + " SET " + strings.Join(t.cols, " = ?, ") + " = ?, version = ? WHERE " + t.keyWhere + " AND version = ?"
+	}
+}
+
+// prepare prepares every write statement once: parsing dominates the cost
+// of small writes.
+func (s *Store) prepare(ctx context.Context) error {
+	for table := range tables {
+		for _, k := range []stmtKind{stmtDelete, stmtExists, stmtInsert, stmtUpdate} {
+			st, err := s.db.PrepareContext(ctx, statementSQL(table, k))
+			if err != nil {
+				return fmt.Errorf("prepare: %w", err)
+			}
+			s.stmts[stmtKey{table, k}] = st
+		}
+	}
+	return nil
+}
+
+type stmtKey struct {
+	table string
+	kind  stmtKind
+}
 
 func ms(t time.Time) int64 {
 	if t.IsZero() {
@@ -220,7 +288,7 @@ func (s *Store) Commit(ctx context.Context, ops []store.Op) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	for i, op := range ops {
-		if err := apply(ctx, tx, op); err != nil {
+		if err := s.apply(ctx, tx, op); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("commit op %d (%s): %w", i, op.Record.RecordKey(), err)
 		}
@@ -232,9 +300,12 @@ func (s *Store) Commit(ctx context.Context, ops []store.Op) error {
 }
 
 // write runs a put or a delete with its version check: a put over version 0
-// is an insert (which fails if the row exists), any other put an update of
-// the row at the expected version, a delete a delete at that version.
-func write(ctx context.Context, tx *sql.Tx, op store.Op, table, keyWhere string, keyArgs []any, cols []string, vals []any) error {
+// is an insert (refused if the row exists), any other put an update of the
+// row at the expected version, a delete a delete at that version.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, op store.Op, table string, keyArgs, vals []any) error {
+	exec := func(k stmtKind, args ...any) (sql.Result, error) {
+		return tx.StmtContext(ctx, s.stmts[stmtKey{table, k}]).ExecContext(ctx, args...)
+	}
 	var res sql.Result
 	var err error
 	switch {
@@ -242,22 +313,18 @@ func write(ctx context.Context, tx *sql.Tx, op store.Op, table, keyWhere string,
 		if op.Expect == 0 {
 			return errors.New("delete needs an expected version")
 		}
-		res, err = tx.ExecContext(ctx, "DELETE FROM "+table+" WHERE "+keyWhere+" AND version = ?", append(keyArgs, op.Expect)...)
+		res, err = exec(stmtDelete, append(keyArgs, op.Expect)...)
 	case op.Kind == store.OpPut && op.Expect == 0:
 		var exists int
-		err = tx.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE "+keyWhere, keyArgs...).Scan(&exists)
-		if err != nil {
+		if err := tx.StmtContext(ctx, s.stmts[stmtKey{table, stmtExists}]).QueryRowContext(ctx, keyArgs...).Scan(&exists); err != nil {
 			return err
 		}
 		if exists != 0 {
 			return fmt.Errorf("%w: record exists, expected none", store.ErrConflict)
 		}
-		ph := strings.TrimSuffix(strings.Repeat("?, ", len(cols)+1), ", ")
-		res, err = tx.ExecContext(ctx, "INSERT INTO "+table+" ("+strings.Join(cols, ", ")+", version) VALUES ("+ph+")", append(vals, 1)...)
+		res, err = exec(stmtInsert, append(vals, 1)...)
 	case op.Kind == store.OpPut:
-		set := strings.Join(cols, " = ?, ") + " = ?, version = ?"
-		args := append(append(vals, op.Expect+1), keyArgs...)
-		res, err = tx.ExecContext(ctx, "UPDATE "+table+" SET "+set+" WHERE "+keyWhere+" AND version = ?", append(args, op.Expect)...)
+		res, err = exec(stmtUpdate, append(append(vals, op.Expect+1), append(keyArgs, op.Expect)...)...)
 	default:
 		return fmt.Errorf("unknown op kind %d", op.Kind)
 	}
@@ -274,23 +341,19 @@ func write(ctx context.Context, tx *sql.Tx, op store.Op, table, keyWhere string,
 	return nil
 }
 
-func apply(ctx context.Context, tx *sql.Tx, op store.Op) error {
+func (s *Store) apply(ctx context.Context, tx *sql.Tx, op store.Op) error {
 	switch r := op.Record.(type) {
 	case *store.Lease:
-		return write(ctx, tx, op, "vni_leases", "key = ?", []any{r.Key},
-			[]string{"key", "vni", "scope", "owner_api_version", "owner_kind", "owner_namespace", "owner_name",
-				"owner_uid", "nodes", "owner_gone", "created_ms"},
+		return s.write(ctx, tx, op, "vni_leases", []any{r.Key},
 			[]any{r.Key, r.VNI, string(r.Scope), r.Owner.APIVersion, r.Owner.Kind, r.Owner.Namespace, r.Owner.Name,
 				r.Owner.UID, strings.Join(r.Nodes, ","), r.OwnerGone, ms(r.Created)})
 	case *store.Quarantine:
-		return write(ctx, tx, op, "vni_quarantine", "vni = ?", []any{r.VNI},
-			[]string{"vni", "released_ms"}, []any{r.VNI, ms(r.Released)})
+		return s.write(ctx, tx, op, "vni_quarantine", []any{r.VNI}, []any{r.VNI, ms(r.Released)})
 	case *store.Slice:
-		return write(ctx, tx, op, "node_slices", "pool = ? AND idx = ?", []any{r.Pool, r.Index},
-			[]string{"pool", "idx", "node", "expires_ms", "allocated", "reported_ms"},
+		return s.write(ctx, tx, op, "node_slices", []any{r.Pool, r.Index},
 			[]any{r.Pool, r.Index, r.Node, ms(r.Expires), r.Allocated, ms(r.Reported)})
 	case *store.Meta:
-		return write(ctx, tx, op, "meta", "key = ?", []any{r.Key}, []string{"key", "value"}, []any{r.Key, r.Value})
+		return s.write(ctx, tx, op, "meta", []any{r.Key}, []any{r.Key, r.Value})
 	case nil:
 		return errors.New("op without a record")
 	default:
