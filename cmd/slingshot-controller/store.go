@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/slingshot-k8s/slingshot/controller/leader"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/kube"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
@@ -76,7 +77,7 @@ func openStore(ctx context.Context, c *Config, rc *rest.Config, log *slog.Logger
 		if rc == nil {
 			return nil, errors.New("--store kube needs the Kubernetes API")
 		}
-		st, err := kube.New(rc, kube.Options{Namespace: c.StoreNamespace, Identity: c.Identity, Logger: log})
+		st, err := kube.New(rc, kube.Options{Namespace: c.StoreNamespace, Identity: c.Identity, Logger: log, SliceRange: c.sliceRange})
 		if err != nil {
 			return nil, fmt.Errorf("kube store: %w", err)
 		}
@@ -93,6 +94,20 @@ func openStore(ctx context.Context, c *Config, rc *rest.Config, log *slog.Logger
 		log.Info("store", "kind", "sqlite", "db", c.DB)
 		return st, nil
 	}
+}
+
+// sliceRange renders slice i of pool for kubectl's Range column.
+func (c *Config) sliceRange(pool string, i int) string {
+	if pool == slices.PodVNIPool && !c.controller.PodVNIRange.Empty() {
+		spec := slices.PoolSpec{Name: pool, VNIs: c.controller.PodVNIRange, SliceSize: c.controller.PodVNISliceSize}
+		return spec.VNISlice(i).String()
+	}
+	for _, p := range c.controller.IPPools {
+		if p.Name == pool {
+			return p.PrefixSlice(i).String()
+		}
+	}
+	return ""
 }
 
 // runTransfer runs the one-shot "export" and "import" commands, which

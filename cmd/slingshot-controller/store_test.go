@@ -27,6 +27,10 @@ func TestStoreFlags(t *testing.T) {
 		{name: "election on sqlite", args: []string{"--leader-elect"}, wantErr: "needs --store kube"},
 		{name: "kube without kube", args: []string{"--store", "kube", "--no-kube", "--auth", "none"}, wantErr: "needs the Kubernetes API"},
 		{name: "unknown store", args: []string{"--store", "etcd"}, wantErr: "want sqlite or kube"},
+		{name: "slice ranges for kubectl", args: []string{"--pod-vni-range", "2048-2175", "--ip-pools", "hsn0=10.150.0.0/16:/24"},
+			check: func(c *Config) bool {
+				return c.sliceRange("pod-vni", 1) == "2112-2175" && c.sliceRange("hsn0", 2) == "10.150.2.0/24" && c.sliceRange("x", 0) == ""
+			}},
 		{name: "bad election timing", args: []string{"--store", "kube", "--leader-elect", "--leader-elect-renew-deadline", "9s"}, wantErr: "renew deadline"},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,10 @@
 // conflict therefore means someone else wrote, and the controller reloads.
 //
 // Backends: [github.com/slingshot-k8s/slingshot/controller/store/sqlite]
-// (embedded default). [github.com/slingshot-k8s/slingshot/controller/store/storetest]
-// is the conformance suite every backend passes.
+// (embedded default, one replica) and
+// [github.com/slingshot-k8s/slingshot/controller/store/kube] (custom
+// resources on the Kubernetes API, for replicas with leader election).
+// [github.com/slingshot-k8s/slingshot/controller/store/storetest] is the
+// conformance suite every backend passes. [Export] and [Import] move every
+// record from one backend to another.
 package store
