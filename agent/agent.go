@@ -338,7 +338,7 @@ func policyFrom(c config.Config) policy {
 			tcs |= t
 		}
 	}
-	p := policy{tcs: tcs, retryStuck: c.Cleanup.RetryStuckEvery.Duration}
+	p := policy{tcs: tcs}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
 		field := map[string]*cxi.Limit{

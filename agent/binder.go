@@ -61,10 +61,9 @@ var ErrNoMember = errors.New("no service member for the pod")
 // policy is the part of the configuration the pod path reads; it is
 // swapped whole when the configuration reloads.
 type policy struct {
-	tcs        cxi.TrafficClasses
-	limits     *cxi.Limits
-	fallback   *cxi.Member
-	retryStuck time.Duration
+	tcs      cxi.TrafficClasses
+	limits   *cxi.Limits
+	fallback *cxi.Member
 }
 
 // nic is one NIC as the pod path uses it.

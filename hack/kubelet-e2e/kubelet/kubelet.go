@@ -11,12 +11,12 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	_ "unsafe" // for go:linkname
 
@@ -194,22 +194,9 @@ func (k *Kubelet) activePods() []*v1.Pod {
 	for _, p := range k.pods {
 		pods = append(pods, p)
 	}
-	slices.SortFunc(pods, func(a, b *v1.Pod) int { return compareStrings(string(a.UID), string(b.UID)) })
+	slices.SortFunc(pods, func(a, b *v1.Pod) int { return strings.Compare(string(a.UID), string(b.UID)) })
 	return pods
 }
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// ErrNotFound is returned for a pod the kubelet does not know.
-var ErrNotFound = errors.New("pod not found")
 
 type readySources struct{}
 
