@@ -19,8 +19,13 @@ type Store interface {
 	// Load returns the whole state.
 	Load(ctx context.Context) (*State, error)
 	// Commit applies ops atomically and durably: when it returns nil
-	// every op is on stable storage; otherwise none is applied. It returns
-	// an error wrapping ErrConflict when an expected version differs.
+	// every op is on stable storage. It returns an error wrapping
+	// ErrConflict when an expected version differs, and then applies
+	// none. After any other error the batch is either wholly absent or,
+	// where the store failed past its commit point (the kube store's
+	// journal write), completed by the next Load: the caller must not
+	// assume either, and reloads before committing again, as the
+	// controller does after every failed commit.
 	Commit(ctx context.Context, ops []Op) error
 	// Close releases the store.
 	Close() error

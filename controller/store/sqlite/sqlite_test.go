@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/controller/store"
@@ -74,5 +76,37 @@ func BenchmarkCommitOneLease(b *testing.B) {
 	for b.Loop() {
 		mustPut(v)
 		v++
+	}
+}
+
+// A path is a path: characters that mean something in an SQLite URI
+// name the file they spell, and the pragmas still apply.
+func TestOpenPathWithURICharacters(t *testing.T) {
+	for _, name := range []string{"a?b.db", "a#b.db", "100%.db", "%3f.db", "plain.db"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, name)
+			s, err := Open(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mode string
+			err = s.db.QueryRow("PRAGMA journal_mode").Scan(&mode)
+			s.Close()
+			if err != nil || mode != "wal" {
+				t.Errorf("journal_mode = %q, %v; want wal", mode, err)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if !slices.Contains(names, name) || len(names) != 1 {
+				t.Errorf("files in the directory: %q, want only %q", names, name)
+			}
+		})
 	}
 }
