@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 )
 
 // BenchmarkAcquire measures job VNI acquires through the controller on
@@ -20,7 +21,7 @@ import (
 func BenchmarkAcquire(b *testing.B) {
 	for _, be := range backends() {
 		b.Run(be.name, func(b *testing.B) {
-			res := newJobResolver()
+			res := controllertest.NewJobs()
 			svc := runService(b, be.open(b), res, controller.Config{SweepInterval: time.Hour})
 			ctx := b.Context()
 			var next atomic.Int64
@@ -35,7 +36,7 @@ func BenchmarkAcquire(b *testing.B) {
 					n := int(next.Add(1))
 					owner := jobOwner(1_000_000+n, 0)
 					pod := owner.Name + "-0"
-					res.add(pod, owner)
+					res.Add(pod, owner)
 					t0 := time.Now()
 					l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: owner.Namespace, Name: pod, UID: fmt.Sprintf("pod-%d", n)}, "node-1")
 					mine = append(mine, time.Since(t0))

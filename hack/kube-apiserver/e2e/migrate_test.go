@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 )
@@ -19,13 +20,13 @@ func TestMigrateSQLiteToKube(t *testing.T) {
 	ctx := t.Context()
 	b := backends()
 	sqliteStore := b[0].open(t)
-	res := newJobResolver()
+	res := controllertest.NewJobs()
 	cfg := controller.Config{PodVNIRange: vnialloc.Range{Min: 60000, Max: 60127}, PodVNISliceSize: 64, SweepInterval: time.Hour}
 	svc := runService(t, sqliteStore, res, cfg)
 	want := map[string]uint16{}
 	for i := range 20 {
 		owner := jobOwner(i, 0)
-		res.add(owner.Name+"-0", owner)
+		res.Add(owner.Name+"-0", owner)
 		l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: owner.Namespace, Name: owner.Name + "-0", UID: "p"}, "node-1")
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +64,7 @@ func TestMigrateSQLiteToKube(t *testing.T) {
 	}
 	// Next-fit continues where the sqlite controller stopped.
 	owner := jobOwner(99, 0)
-	res.add(owner.Name+"-0", owner)
+	res.Add(owner.Name+"-0", owner)
 	l, err := k.AcquireJobVNI(ctx, controller.PodRef{Namespace: owner.Namespace, Name: owner.Name + "-0", UID: "p"}, "node-1")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 )
@@ -78,7 +79,7 @@ func TestNoVNIHeldByTwoLiveJobs(t *testing.T) {
 			if b.name == "kube" {
 				cycles = *propKubeCycles
 			}
-			res := newJobResolver()
+			res := controllertest.NewJobs()
 			svc := runService(t, b.open(t), res, controller.Config{
 				VNIRange: vnialloc.Range{Min: 1024, Max: 1024 + 4*uint16(clients) - 1}, Quarantine: -1,
 				SweepInterval: time.Hour})
@@ -104,7 +105,7 @@ func TestNoVNIHeldByTwoLiveJobs(t *testing.T) {
 						s.users++
 						s.mu.Unlock()
 						pod := fmt.Sprintf("%s-c%d-%d", owner.Name, c, i)
-						res.add(pod, owner)
+						res.Add(pod, owner)
 						t0 := time.Now()
 						l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: owner.Namespace, Name: pod, UID: "pod-" + pod}, node)
 						lat[c] = append(lat[c], time.Since(t0))
