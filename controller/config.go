@@ -35,6 +35,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// SweepOwners bounds the owner look-ups of one sweep; default 256.
 	SweepOwners int
+	// HoldGrace is how long after a node's last acquire of a lease a
+	// report of the VNIs it uses (ReportVNIsInUse) must still lack the
+	// lease's VNI before the sweep drops the node's hold; default 2 min,
+	// well past the kubelet's 30 s bound on the PreStart that acquires
+	// and then records the lease. A negative value keeps every hold until
+	// its release or the node's deletion.
+	HoldGrace time.Duration
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -63,6 +70,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SliceGrace == 0 {
 		c.SliceGrace = 5 * time.Minute
+	}
+	if c.HoldGrace == 0 {
+		c.HoldGrace = 2 * time.Minute
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 10 * time.Second

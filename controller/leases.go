@@ -173,6 +173,9 @@ func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Ow
 	default:
 		b = l.pending
 	}
+	if node != "" {
+		s.acquired[hold{key, node}] = now
+	}
 	info := l.info()
 	s.mu.Unlock()
 	if err := s.wait(ctx, b); err != nil {

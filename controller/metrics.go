@@ -14,6 +14,7 @@ type metrics struct {
 	commitBatch prometheus.Histogram
 	commitFails prometheus.Counter
 	freed       prometheus.Counter
+	unusedHolds prometheus.Counter
 	stranded    prometheus.Gauge
 }
 
@@ -67,6 +68,10 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 			Name: "slingshot_controller_vnis_freed_total",
 			Help: "VNI leases freed into quarantine.",
 		}),
+		unusedHolds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slingshot_controller_unused_holds_dropped_total",
+			Help: "Node holds on VNI leases dropped because the node's reports stopped naming the VNI (a hold an agent crash left behind).",
+		}),
 		stranded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slingshot_controller_slices_stranded",
 			Help: "Slices of gone nodes kept because the node last reported ids in use.",
@@ -88,7 +93,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 			return f()
 		}
 	}
-	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.stranded,
+	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded,
 		gauge("slingshot_controller_ready", "1 once the state is loaded and requests are answered.", nil,
 			func() float64 {
 				if s.Ready() {

@@ -89,7 +89,22 @@ type Service struct {
 	cursorSeen uint16
 	cur        *batch
 	lastSeen   map[string]time.Time
+	// inUse is each node's last report of the VNIs it uses, and
+	// acquired when each node last acquired each lease it holds; both
+	// live in memory only: a restarted controller starts their clocks
+	// anew, which only delays a drop.
+	inUse    map[string]vniReport
+	acquired map[hold]time.Time
 }
+
+// vniReport is what a node last said it uses.
+type vniReport struct {
+	vnis map[uint16]bool
+	at   time.Time
+}
+
+// hold is one node's hold on one lease.
+type hold struct{ key, node string }
 
 type lease struct {
 	rec     store.Lease
@@ -104,7 +119,8 @@ func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Servic
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{})}
+	s := &Service{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{}),
+		inUse: map[string]vniReport{}, acquired: map[hold]time.Time{}}
 	s.m = newMetrics(s, cfg.Registerer)
 	return s, nil
 }

@@ -31,6 +31,9 @@ type SweepResult struct {
 	// DroppedHolders are nodes removed from leases because their Node
 	// object is deleted for longer than the grace period.
 	DroppedHolders int
+	// UnusedHolds are nodes removed from leases whose VNI their reports
+	// stopped naming (see ReportVNIsInUse).
+	UnusedHolds int
 	// Reclaimed node slices, and Stranded ones kept because their gone
 	// node last reported ids in use.
 	Reclaimed, Stranded int
@@ -62,11 +65,17 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 	}
 	var candidates []store.Lease
 	for _, l := range s.leases {
-		if s.nodes != nil && len(l.rec.Nodes) > 0 {
+		if len(l.rec.Nodes) > 0 {
 			kept := l.rec.Nodes[:0:0]
 			for _, n := range l.rec.Nodes {
-				if since, gone := s.nodes.NodeGone(n); gone && now.Sub(since) >= s.cfg.SliceGrace {
+				if s.nodeGoneLocked(n, now) {
 					r.DroppedHolders++
+					continue
+				}
+				if s.unusedLocked(l.rec, n, now) {
+					r.UnusedHolds++
+					s.m.unusedHolds.Inc()
+					s.log.Warn("node no longer uses the vni it holds; hold dropped", "lease", l.rec.Key, "vni", l.rec.VNI, "node", n)
 					continue
 				}
 				kept = append(kept, n)
@@ -89,6 +98,7 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 			candidates = append(candidates, l.rec)
 		}
 	}
+	s.pruneHoldsLocked(now)
 	var nodeGone func(string) (time.Time, bool)
 	if s.nodes != nil {
 		nodeGone = s.nodes.NodeGone
