@@ -40,6 +40,7 @@ func FuzzAPI(f *testing.F) {
 	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "pod-vni", Count: 2})
 	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "hsn0", Count: 1 << 31})
 	seed(3, &apiv1.RenewSlicesRequest{Node: "n1", Usage: []*apiv1.SliceUsage{{Pool: "pod-vni", Index: 0, Allocated: 3}, {Pool: "x", Index: 1 << 30}}})
+	seed(3, &apiv1.RenewSlicesRequest{Node: "n1", VnisReported: true, InUseVnis: []uint32{1024, 65535, 65536}})
 	seed(4, &apiv1.ReleaseSliceRequest{Node: "n1", Pool: "pod-vni", Index: 0})
 	seed(5, &apiv1.ListVNIsRequest{})
 	seed(6, &apiv1.ListSlicesRequest{Pool: "hsn0", Node: "n1"})

@@ -221,6 +221,15 @@ func (s *Server) RenewSlices(ctx context.Context, req *apiv1.RenewSlicesRequest)
 		}
 		usage = append(usage, controller.SliceUsage{Pool: u.GetPool(), Index: idx, Allocated: n})
 	}
+	if req.GetVnisReported() {
+		vnis, err := vniList("in_use_vnis", req.GetInUseVnis())
+		if err != nil {
+			return nil, Status(err)
+		}
+		if err := s.svc.ReportVNIsInUse(req.GetNode(), vnis); err != nil {
+			return nil, Status(err)
+		}
+	}
 	held, lost, err := s.svc.RenewSlices(ctx, req.GetNode(), usage)
 	if err != nil {
 		return nil, Status(err)
@@ -228,6 +237,21 @@ func (s *Server) RenewSlices(ctx context.Context, req *apiv1.RenewSlicesRequest)
 	out := &apiv1.RenewSlicesResponse{Held: slicesToProto(held), TtlMs: s.ttl.Milliseconds()}
 	for _, l := range lost {
 		out.Lost = append(out.Lost, &apiv1.SliceUsage{Pool: l.Pool, Index: uint32(l.Index), Allocated: uint32(l.Allocated)})
+	}
+	return out, nil
+}
+
+// vniList checks a list of VNIs from a request.
+func vniList(field string, in []uint32) ([]uint16, error) {
+	if len(in) > 65536 {
+		return nil, &controller.FieldError{Field: field, Reason: "more than 65536 entries"}
+	}
+	out := make([]uint16, len(in))
+	for i, v := range in {
+		if v > 65535 {
+			return nil, &controller.FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("%d is not a VNI (0-65535)", v)}
+		}
+		out[i] = uint16(v)
 	}
 	return out, nil
 }

@@ -132,6 +132,43 @@ func TestAcquireReleaseAndErrors(t *testing.T) {
 	}
 }
 
+// A node's report of the VNIs it uses reaches the controller with its
+// heartbeat: a hold on a VNI the report lacks is dropped by the next
+// sweep (a pod lease with it), one the report names is kept.
+func TestRenewReportsVNIsInUse(t *testing.T) {
+	c, svc := serve(t, controller.Config{HoldGrace: time.Nanosecond, Quarantine: -1}, true)
+	ctx := t.Context()
+	kept, err := c.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{Pod: &apiv1.PodRef{Namespace: "a", Name: "kept"}, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := c.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{Pod: &apiv1.PodRef{Namespace: "a", Name: "lost"}, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.RenewSlices(ctx, &apiv1.RenewSlicesRequest{Node: "n1", VnisReported: true, InUseVnis: []uint32{kept.Vni, 70000}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("report with VNI 70000: %v, want InvalidArgument", err)
+	}
+	if _, err := c.RenewSlices(ctx, &apiv1.RenewSlicesRequest{Node: "n1", VnisReported: true, InUseVnis: []uint32{kept.Vni}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := c.ListVNIs(ctx, &apiv1.ListVNIsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, l := range ls.GetLeases() {
+		keys = append(keys, l.GetKey())
+	}
+	if len(keys) != 1 || keys[0] != kept.Key {
+		t.Fatalf("leases after the sweep: %v, want only %s (and not %s)", keys, kept.Key, lost.Key)
+	}
+}
+
 type fixedAuth struct{ id auth.Identity }
 
 func (f fixedAuth) Authenticate(context.Context) (auth.Identity, error) {

@@ -701,9 +701,17 @@ func (x *SliceUsage) GetAllocated() uint32 {
 }
 
 type RenewSlicesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Usage         []*SliceUsage          `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Usage []*SliceUsage          `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty"`
+	// vnis_reported says that in_use_vnis is the node's whole report of the
+	// VNIs it uses: those of the CXI services on its NICs and of the leases
+	// in its records. The controller then drops the node's hold on a lease
+	// whose VNI a report made long enough after the node's last acquire of
+	// it lacks (a hold a crashed agent can no longer release). A node that
+	// does not report keeps its holds until it releases them or is deleted.
+	VnisReported  bool     `protobuf:"varint,3,opt,name=vnis_reported,json=vnisReported,proto3" json:"vnis_reported,omitempty"`
+	InUseVnis     []uint32 `protobuf:"varint,4,rep,packed,name=in_use_vnis,json=inUseVnis,proto3" json:"in_use_vnis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,6 +756,20 @@ func (x *RenewSlicesRequest) GetNode() string {
 func (x *RenewSlicesRequest) GetUsage() []*SliceUsage {
 	if x != nil {
 		return x.Usage
+	}
+	return nil
+}
+
+func (x *RenewSlicesRequest) GetVnisReported() bool {
+	if x != nil {
+		return x.VnisReported
+	}
+	return false
+}
+
+func (x *RenewSlicesRequest) GetInUseVnis() []uint32 {
+	if x != nil {
+		return x.InUseVnis
 	}
 	return nil
 }
@@ -1299,10 +1321,12 @@ const file_controller_proto_rawDesc = "" +
 	"SliceUsage\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x1c\n" +
-	"\tallocated\x18\x03 \x01(\rR\tallocated\"c\n" +
+	"\tallocated\x18\x03 \x01(\rR\tallocated\"\xa8\x01\n" +
 	"\x12RenewSlicesRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x129\n" +
-	"\x05usage\x18\x02 \x03(\v2#.slingshot.controller.v1.SliceUsageR\x05usage\"\x99\x01\n" +
+	"\x05usage\x18\x02 \x03(\v2#.slingshot.controller.v1.SliceUsageR\x05usage\x12#\n" +
+	"\rvnis_reported\x18\x03 \x01(\bR\fvnisReported\x12\x1e\n" +
+	"\vin_use_vnis\x18\x04 \x03(\rR\tinUseVnis\"\x99\x01\n" +
 	"\x13RenewSlicesResponse\x122\n" +
 	"\x04held\x18\x01 \x03(\v2\x1e.slingshot.controller.v1.SliceR\x04held\x127\n" +
 	"\x04lost\x18\x02 \x03(\v2#.slingshot.controller.v1.SliceUsageR\x04lost\x12\x15\n" +
