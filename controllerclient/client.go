@@ -80,6 +80,12 @@ type Options struct {
 	// InsecureToken is set.
 	TokenFile     string
 	InsecureToken bool
+	// InUseVNIs, when set, returns every VNI the node uses (its CXI
+	// services' and its recorded leases'); each heartbeat reports them, so
+	// that the controller can drop this node's holds on leases it no
+	// longer knows of. It must never leave out a VNI the node uses; when
+	// it fails, the heartbeat goes without a report.
+	InUseVNIs func(ctx context.Context) ([]uint16, error)
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Registerer for slingshot_agent_controller_* metrics; nil registers none.
@@ -456,17 +462,30 @@ func (c *Client) acquirePodSlices(ctx context.Context, count int) error {
 }
 
 // Heartbeat renews this node's slice leases once, reporting the VNIs in
-// use per slice, and adopts the slices the controller says it holds. Run
+// use per slice (and every VNI the node uses, with Options.InUseVNIs), and
+// adopts the slices the controller says it holds. Run
 // calls it; it is exported for agents that drive their own loop.
 func (c *Client) Heartbeat(ctx context.Context) error {
 	var usage []*apiv1.SliceUsage
 	for i, n := range c.pool.usage() {
 		usage = append(usage, &apiv1.SliceUsage{Pool: slices.PodVNIPool, Index: uint32(i), Allocated: uint32(n)})
 	}
+	req := &apiv1.RenewSlicesRequest{Node: c.opts.Node, Usage: usage}
+	if c.opts.InUseVNIs != nil {
+		vnis, err := c.opts.InUseVNIs(ctx)
+		if err != nil {
+			c.opts.Logger.Warn("VNIs in use unknown; heartbeat without them", "err", err)
+		} else {
+			req.VnisReported = true
+			for _, v := range vnis {
+				req.InUseVnis = append(req.InUseVnis, uint32(v))
+			}
+		}
+	}
 	var resp *apiv1.RenewSlicesResponse
 	err := c.call(ctx, "RenewSlices", func(ctx context.Context) error {
 		var err error
-		resp, err = c.api.RenewSlices(ctx, &apiv1.RenewSlicesRequest{Node: c.opts.Node, Usage: usage})
+		resp, err = c.api.RenewSlices(ctx, req)
 		return err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,5 +195,59 @@ func TestRetriesAreBoundedAndReconnect(t *testing.T) {
 	}
 	if _, err := c.AcquireJobVNI(t.Context(), PodRef{Namespace: "A", Name: "p"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("invalid argument is not retried into something else: %v", err)
+	}
+}
+
+// renewRecorder keeps the last RenewSlices request.
+type renewRecorder struct {
+	apiv1.ControllerClient
+	last atomic.Pointer[apiv1.RenewSlicesRequest]
+}
+
+func (r *renewRecorder) RenewSlices(ctx context.Context, in *apiv1.RenewSlicesRequest, o ...grpc.CallOption) (*apiv1.RenewSlicesResponse, error) {
+	r.last.Store(in)
+	return r.ControllerClient.RenewSlices(ctx, in, o...)
+}
+
+func TestHeartbeatReportsVNIsInUse(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := controller.New(st, nil, nil, controller.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &renewRecorder{ControllerClient: grpcapi.NewLocalClient(grpcapi.NewServer(svc, time.Minute))}
+	inUse := func(context.Context) ([]uint16, error) { return []uint16{1024, 4000}, nil }
+	c, err := newClient(api, Options{Node: "n1", InUseVNIs: func(ctx context.Context) ([]uint16, error) { return inUse(ctx) },
+		Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.svc, c.close = svc, st.Close
+	runClient(t, c)
+	ctx := t.Context()
+	if _, err := c.AcquireJobVNI(ctx, PodRef{Namespace: "a", Name: "p", UID: "u"}); err != nil {
+		t.Fatal(err) // the state is loaded from here on
+	}
+	for _, tc := range []struct {
+		name         string
+		inUse        func(context.Context) ([]uint16, error)
+		wantReported bool
+		want         []uint32
+	}{
+		{"known", func(context.Context) ([]uint16, error) { return []uint16{1024, 4000}, nil }, true, []uint32{1024, 4000}},
+		{"none", func(context.Context) ([]uint16, error) { return nil, nil }, true, nil},
+		{"unknown", func(context.Context) ([]uint16, error) { return nil, errors.New("driver list failed") }, false, nil},
+	} {
+		inUse = tc.inUse
+		if err := c.Heartbeat(ctx); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := api.last.Load()
+		if got.GetVnisReported() != tc.wantReported || !slices.Equal(got.GetInUseVnis(), tc.want) {
+			t.Errorf("%s: reported %v %v, want %v %v", tc.name, got.GetVnisReported(), got.GetInUseVnis(), tc.wantReported, tc.want)
+		}
 	}
 }
