@@ -18,21 +18,20 @@ const (
 	manifestsDir = "deploy/manifests"
 	examplesDir  = "deploy/examples"
 	manifestFile = "deploy/manifests/slingshot.yaml"
+	// storeCRDDir holds the CRDs of the controller's Kubernetes store, the
+	// source of their copies in deploy/crds.
+	storeCRDDir = "controller/store/kube/crds"
 )
 
 // Generated returns every generated file, by path relative to root: the
-// chart's copies of deploy/crds (Helm installs CRDs only from the chart's
-// own crds/), the plain manifests (a Namespace, the CRDs and the chart
-// rendered with default values), and the chart README with its values
-// table.
+// copies in deploy/crds of the controller's store CRDs, the chart's copies
+// of deploy/crds (Helm installs CRDs only from the chart's own crds/), the
+// plain manifests (a Namespace, the CRDs and the chart rendered with
+// default values), and the chart README with its values table.
 func Generated(root string, ch *chart.Chart) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	crds, err := readDir(filepath.Join(root, crdDir))
+	out, crds, err := GeneratedCRDs(root)
 	if err != nil {
 		return nil, err
-	}
-	for _, f := range crds {
-		out[filepath.Join(chartDir, "crds", f.name)] = f.data
 	}
 
 	rendered, err := Render(ch, nil)
@@ -81,6 +80,41 @@ metadata:
 	}
 	out[readmePath] = []byte(updated)
 	return out, nil
+}
+
+// GeneratedCRDs returns the generated CRD files by path relative to root
+// (deploy/crds/F for every store CRD F of controller/store/kube/crds, and
+// the chart's crds/ copy of every CRD), and every CRD as deploy/crds will
+// hold it, sorted by name. A store CRD replaces the deploy/crds file of
+// the same name; the other files of deploy/crds are written by hand.
+func GeneratedCRDs(root string) (map[string][]byte, []file, error) {
+	own, err := readDir(filepath.Join(root, crdDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	fromStore, err := readDir(filepath.Join(root, storeCRDDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fromStore) == 0 {
+		return nil, nil, fmt.Errorf("no CRDs in %s", storeCRDDir)
+	}
+	out := map[string][]byte{}
+	byName := map[string][]byte{}
+	for _, f := range own {
+		byName[f.name] = f.data
+	}
+	for _, f := range fromStore {
+		byName[f.name] = f.data
+		out[filepath.Join(crdDir, f.name)] = f.data
+	}
+	crds := make([]file, 0, len(byName))
+	for name, data := range byName {
+		crds = append(crds, file{name: name, data: data})
+		out[filepath.Join(chartDir, "crds", name)] = data
+	}
+	sort.Slice(crds, func(i, j int) bool { return crds[i].name < crds[j].name })
+	return out, crds, nil
 }
 
 type file struct {

@@ -18,8 +18,9 @@
 //     parser.
 //
 // It also checks that the generated files (the plain manifests, the
-// chart's crds/ and the values table of the chart's README) equal a fresh
-// render; with -write it regenerates them instead.
+// chart's crds/, the copies in deploy/crds of the controller store's CRDs
+// and the values table of the chart's README) equal a fresh render; with
+// -write it regenerates them instead.
 //
 // Usage (from this directory): go run . [-root ../..] [-write]
 package main
@@ -57,8 +58,8 @@ var upstreamCRDs = []struct{ module, file string }{
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("validate-manifests", flag.ContinueOnError)
 	root := fs.String("root", "../..", "the repository's root `directory`")
-	write := fs.Bool("write", false, "regenerate the plain manifests, the chart's crds/ and its README values table, then validate")
-	print := fs.String("print", "", "print the chart rendered with the values of this `variant` (defaults, all-features, embedded-controller, sim-unprivileged) and exit")
+	write := fs.Bool("write", false, "regenerate the plain manifests, deploy/crds' copies of the store CRDs, the chart's crds/ and its README values table, then validate")
+	print := fs.String("print", "", "print the chart rendered with the values of this `variant` (defaults, all-features, kube-ha, embedded-controller, sim-unprivileged) and exit")
 	specDir := fs.String("openapi-dir", "", "`directory` of the Kubernetes OpenAPI v3 documents (default: api/openapi-spec/v3 of "+kubernetesModule+" in the Go module cache)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,6 +102,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		for _, s := range stale {
+			if name, ok := strings.CutPrefix(s, crdDir+"/"); ok {
+				r.fail("%s differs from its source %s/%s: edit the source, then run `make manifests`", s, storeCRDDir, name)
+				continue
+			}
 			r.fail("generated file %s is stale: run `make manifests`", s)
 		}
 	}

@@ -3,14 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -187,7 +194,7 @@ func TestRenderFeatures(t *testing.T) {
 		return kinds
 	}
 	def := count(nil)
-	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 1, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 0} {
+	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 0, "PodDisruptionBudget": 0, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 0} {
 		if def[kind] != want {
 			t.Errorf("defaults: %d %s, want %d", def[kind], kind, want)
 		}
@@ -202,6 +209,12 @@ func TestRenderFeatures(t *testing.T) {
 	for kind, want := range map[string]int{"DecoratorController": 1, "ServiceMonitor": 2, "NetworkPolicy": 1, "Service": 2, "PersistentVolumeClaim": 0} {
 		if on[kind] != want {
 			t.Errorf("all features: %d %s, want %d", on[kind], kind, want)
+		}
+	}
+	kube := count(map[string]any{"controller": map[string]any{"store": "kube", "replicas": 3}})
+	for kind, want := range map[string]int{"Deployment": 1, "PersistentVolumeClaim": 0, "Role": 1, "RoleBinding": 1} {
+		if kube[kind] != want {
+			t.Errorf("store kube: %d %s, want %d", kube[kind], kind, want)
 		}
 	}
 	embedded := count(map[string]any{"controller": map[string]any{"enabled": false}})
@@ -225,6 +238,15 @@ func TestRenderRefuses(t *testing.T) {
 		"unprivileged uapi":        {map[string]any{"agent": map[string]any{"privileged": false}}, "needs agent.cxiDriver=sim"},
 		"unknown driver":           {map[string]any{"agent": map[string]any{"cxiDriver": "ioctl"}}, "want uapi or sim"},
 		"hooks without controller": {map[string]any{"controller": map[string]any{"enabled": false}, "metacontroller": map[string]any{"enabled": true}}, "needs controller.enabled"},
+		"unknown store":            {map[string]any{"controller": map[string]any{"store": "etcd"}}, `controller.store "etcd": want sqlite or kube`},
+		"replicas with sqlite":     {map[string]any{"controller": map[string]any{"replicas": 2}}, "controller.replicas=2 needs controller.store=kube"},
+		"replicas without election": {map[string]any{"controller": map[string]any{"store": "kube", "replicas": 3, "leaderElect": false}},
+			"controller.replicas=3 needs controller.leaderElect=true"},
+		"replicas from --set (int64)":    {map[string]any{"controller": map[string]any{"replicas": int64(2)}}, "controller.replicas=2 needs controller.store=kube"},
+		"replicas from a file (float64)": {map[string]any{"controller": map[string]any{"replicas": float64(2)}}, "controller.replicas=2 needs controller.store=kube"},
+		"fractional replicas":            {map[string]any{"controller": map[string]any{"store": "kube", "replicas": 1.5}}, "want a whole number"},
+		"replicas as text":               {map[string]any{"controller": map[string]any{"store": "kube", "replicas": "3"}}, "want a whole number"},
+		"negative replicas":              {map[string]any{"controller": map[string]any{"replicas": -1}}, "want a whole number"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(ch, tc.values)
@@ -427,5 +449,236 @@ func TestValuesDocsRejectsComplexKeys(t *testing.T) {
 	// Found by FuzzValuesDocs: a sequence as a key gave a row without a key.
 	if _, err := ValuesDocs([]byte("# --\n? [a]\n: b\n")); err == nil || !strings.Contains(err.Error(), "not a plain name") {
 		t.Errorf("err %v; want a complex key refused", err)
+	}
+}
+
+// renderObjects renders values and decodes every object, by "Kind/name".
+func renderObjects(t *testing.T, values map[string]any) map[string]*Object {
+	t.Helper()
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := Render(ch, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string]*Object{}
+	for _, m := range rendered {
+		o, err := Decode([]byte(m.Content))
+		if err != nil {
+			t.Fatalf("%s: %v", m.Source, err)
+		}
+		if o != nil {
+			objs[o.GVK.Kind+"/"+o.Name] = o
+		}
+	}
+	return objs
+}
+
+// TestControllerStore checks the controller's Deployment and namespaced
+// RBAC for each store: sqlite keeps one Recreate replica on its volume;
+// kube drops the volume, passes the store's flags and the pod name as
+// identity, and with an election replaces every pod at once (only the
+// leader is ready, so a rollout that waited for readiness would stall)
+// and spreads the pods over nodes.
+func TestControllerStore(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values     map[string]any
+		replicas   int32
+		strategy   appsv1.DeploymentStrategyType
+		args       []string // present
+		noArgs     []string // absent
+		identity   bool
+		volume     bool
+		antiAffine bool
+		rules      []rbacv1.PolicyRule
+	}{
+		"sqlite": {
+			values: nil, replicas: 1, strategy: appsv1.RecreateDeploymentStrategyType,
+			args:   []string{"--db=/var/lib/slingshot-controller/controller.db"},
+			noArgs: []string{"--store=kube", "--leader-elect"}, volume: true,
+		},
+		"kube, one replica, no election": {
+			values:   map[string]any{"controller": map[string]any{"store": "kube", "leaderElect": false}},
+			replicas: 1, strategy: appsv1.RecreateDeploymentStrategyType,
+			args:   []string{"--store=kube", "--store-namespace=" + releaseNamespace},
+			noArgs: []string{"--leader-elect", "--db=/var/lib/slingshot-controller/controller.db"}, identity: true,
+			rules: storeRules,
+		},
+		"kube, three replicas": {
+			values:   map[string]any{"controller": map[string]any{"store": "kube", "replicas": 3}},
+			replicas: 3, strategy: appsv1.RollingUpdateDeploymentStrategyType,
+			args:   []string{"--store=kube", "--store-namespace=" + releaseNamespace, "--leader-elect"},
+			noArgs: []string{"--db=/var/lib/slingshot-controller/controller.db"}, identity: true, antiAffine: true,
+			rules: append(append([]rbacv1.PolicyRule{}, storeRules...), electionRules...),
+		},
+		"kube ignores persistence": {
+			values: map[string]any{"controller": map[string]any{"store": "kube",
+				"persistence": map[string]any{"existingClaim": "leases"}}},
+			replicas: 1, strategy: appsv1.RollingUpdateDeploymentStrategyType,
+			args: []string{"--store=kube", "--leader-elect"}, identity: true,
+			rules: append(append([]rbacv1.PolicyRule{}, storeRules...), electionRules...),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := renderObjects(t, tc.values)
+			o := objs["Deployment/slingshot-controller"]
+			if o == nil {
+				t.Fatal("no controller Deployment")
+			}
+			var d appsv1.Deployment
+			if err := json.Unmarshal(o.JSON, &d); err != nil {
+				t.Fatal(err)
+			}
+			if got := *d.Spec.Replicas; got != tc.replicas {
+				t.Errorf("replicas %d, want %d", got, tc.replicas)
+			}
+			if d.Spec.Strategy.Type != tc.strategy {
+				t.Errorf("strategy %s, want %s", d.Spec.Strategy.Type, tc.strategy)
+			}
+			if ru := d.Spec.Strategy.RollingUpdate; ru != nil && (ru.MaxUnavailable.String() != "100%" || ru.MaxSurge.String() != "100%") {
+				t.Errorf("rolling update %v/%v, want every pod replaced at once", ru.MaxSurge, ru.MaxUnavailable)
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			for _, a := range tc.args {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %v lack %s", c.Args, a)
+				}
+			}
+			for _, a := range tc.noArgs {
+				if slices.Contains(c.Args, a) {
+					t.Errorf("args %v have %s", c.Args, a)
+				}
+			}
+			identity := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+				return e.Name == "SLINGSHOT_CONTROLLER_IDENTITY" && e.ValueFrom != nil &&
+					e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+			})
+			if identity != tc.identity {
+				t.Errorf("identity from the pod name: %v, want %v", identity, tc.identity)
+			}
+			volume := slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "data" })
+			if volume != tc.volume || (objs["PersistentVolumeClaim/slingshot-controller-data"] != nil) != tc.volume {
+				t.Errorf("data volume %v (claim %v), want %v", volume, objs["PersistentVolumeClaim/slingshot-controller-data"] != nil, tc.volume)
+			}
+			aff := d.Spec.Template.Spec.Affinity
+			antiAffine := aff != nil && aff.PodAntiAffinity != nil && len(aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 1 &&
+				aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey == "kubernetes.io/hostname"
+			if antiAffine != tc.antiAffine {
+				t.Errorf("anti-affinity %v, want %v", antiAffine, tc.antiAffine)
+			}
+			if aff != nil && aff.PodAntiAffinity != nil {
+				sel := aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector
+				if !labels.SelectorFromSet(sel.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
+					t.Errorf("anti-affinity selector %v misses the controller's pods %v", sel, d.Spec.Template.Labels)
+				}
+			}
+			role := objs["Role/slingshot-controller"]
+			if (role != nil) != (tc.rules != nil) || (objs["RoleBinding/slingshot-controller"] != nil) != (tc.rules != nil) {
+				t.Fatalf("Role %v, RoleBinding %v; want them: %v", role != nil, objs["RoleBinding/slingshot-controller"] != nil, tc.rules != nil)
+			}
+			if role != nil {
+				var r rbacv1.Role
+				if err := json.Unmarshal(role.JSON, &r); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(r.Rules, tc.rules) {
+					t.Errorf("Role rules\n%+v\nwant\n%+v", r.Rules, tc.rules)
+				}
+			}
+		})
+	}
+}
+
+// storeRules are the calls of controller/store/kube (client.go: get,
+// put, remove, listAll; store.go names which resource gets which).
+var storeRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"slingshot.hpe.com"}, Resources: []string{"vnileases", "nodeslices", "vniquarantines"}, Verbs: []string{"list", "create", "update", "delete"}},
+	{APIGroups: []string{"slingshot.hpe.com"}, Resources: []string{"storejournals"}, Verbs: []string{"list", "create", "delete"}},
+	{APIGroups: []string{"slingshot.hpe.com"}, Resources: []string{"storejournals"}, ResourceNames: []string{"slingshot-controller"}, Verbs: []string{"get", "update"}},
+}
+
+// electionRules are the calls of client-go's LeaseLock (controller/leader).
+var electionRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"slingshot-controller"}, Verbs: []string{"get", "update"}},
+}
+
+// TestStoreCRDsCopied fails when deploy/crds or the chart's crds/ hold a
+// store CRD that differs from controller/store/kube/crds, its source.
+func TestStoreCRDsCopied(t *testing.T) {
+	src, err := readDir("../../" + storeCRDDir)
+	if err != nil || len(src) == 0 {
+		t.Fatalf("store CRDs: %v (%d files)", err, len(src))
+	}
+	for _, f := range src {
+		for _, dir := range []string{crdDir, chartDir + "/crds"} {
+			got, err := os.ReadFile(filepath.Join("../..", dir, f.name))
+			if err != nil {
+				t.Errorf("%s: %v", dir, err)
+				continue
+			}
+			if !bytes.Equal(got, f.data) {
+				t.Errorf("%s/%s differs from %s/%s: run make manifests", dir, f.name, storeCRDDir, f.name)
+			}
+		}
+	}
+}
+
+// TestGeneratedCRDs checks that the store CRDs replace same-named files of
+// deploy/crds, that hand-written CRDs stay, and that a drifted copy is
+// stale until written.
+func TestGeneratedCRDs(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		storeCRDDir + "/a_nodeslices.yaml": "scope: Namespaced\n",
+		storeCRDDir + "/b_leases.yaml":     "kind: lease\n",
+		crdDir + "/a_nodeslices.yaml":      "scope: Cluster\n", // the old placeholder
+		crdDir + "/c_claims.yaml":          "kind: claim\n",    // written by hand
+	}
+	for p, data := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gen, all, err := GeneratedCRDs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range all {
+		names = append(names, f.name+"="+strings.TrimSpace(string(f.data)))
+	}
+	if want := []string{"a_nodeslices.yaml=scope: Namespaced", "b_leases.yaml=kind: lease", "c_claims.yaml=kind: claim"}; !slices.Equal(names, want) {
+		t.Errorf("CRDs %v, want %v", names, want)
+	}
+	if _, ok := gen[crdDir+"/c_claims.yaml"]; ok {
+		t.Error("a hand-written CRD is generated")
+	}
+	stale, err := Stale(root, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{crdDir + "/a_nodeslices.yaml", crdDir + "/b_leases.yaml",
+		chartDir + "/crds/a_nodeslices.yaml", chartDir + "/crds/b_leases.yaml", chartDir + "/crds/c_claims.yaml"}
+	if !slices.Equal(stale, want) {
+		t.Errorf("stale %v, want %v", stale, want)
+	}
+	if err := Write(root, gen); err != nil {
+		t.Fatal(err)
+	}
+	if stale, _ := Stale(root, gen); len(stale) != 0 {
+		t.Errorf("stale after write: %v", stale)
+	}
+	got, err := os.ReadFile(filepath.Join(root, crdDir, "a_nodeslices.yaml"))
+	if err != nil || string(got) != files[storeCRDDir+"/a_nodeslices.yaml"] {
+		t.Errorf("deploy/crds copy %q, %v; want the store's", got, err)
+	}
+	if _, _, err := GeneratedCRDs(t.TempDir()); err == nil {
+		t.Error("no error without store CRDs")
 	}
 }

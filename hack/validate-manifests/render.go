@@ -28,7 +28,8 @@ type Variant struct {
 }
 
 // Variants are the value sets CI renders: the defaults (also the plain
-// manifests), every optional feature on, the embedded controller, and the
+// manifests), every optional feature on, the controller on the Kubernetes
+// store with three elected replicas, the embedded controller, and the
 // simulated driver without privileges. Together they take every branch of
 // the templates.
 func Variants() []Variant {
@@ -68,6 +69,9 @@ func Variants() []Variant {
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"networkPolicy":  map[string]any{"enabled": true},
 		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
+		{Name: "kube-ha", Values: map[string]any{
+			"controller": map[string]any{"store": "kube", "replicas": 3},
+		}},
 		{Name: "embedded-controller", Values: map[string]any{
 			"controller": map[string]any{"enabled": false},
 		}},

@@ -82,4 +82,31 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.metacontroller.enabled (not .Values.controller.enabled) }}
 {{- fail "metacontroller.enabled needs controller.enabled: the hooks are served by the controller" }}
 {{- end }}
+{{- $c := .Values.controller }}
+{{- if not (has $c.store (list "sqlite" "kube")) }}
+{{- fail (printf "controller.store %q: want sqlite or kube" $c.store) }}
+{{- end }}
+{{- $r := $c.replicas }}
+{{- if or (not (or (kindIs "float64" $r) (kindIs "int64" $r) (kindIs "int" $r))) (ne (float64 (int $r)) (float64 $r)) (lt (int $r) 0) }}
+{{- fail (printf "controller.replicas %v: want a whole number, 0 or more" $r) }}
+{{- end }}
+{{- if and $c.enabled (gt (int $c.replicas) 1) }}
+{{- if ne $c.store "kube" }}
+{{- fail (printf "controller.replicas=%d needs controller.store=kube: the sqlite store has one writer, so one replica" (int $c.replicas)) }}
+{{- end }}
+{{- if not $c.leaderElect }}
+{{- fail (printf "controller.replicas=%d needs controller.leaderElect=true: replicas without an election would all serve and fence each other's writes in turn" (int $c.replicas)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when the controller runs the leader election. */}}
+{{- define "slingshot.controller.elect" -}}
+{{- if and (eq .Values.controller.store "kube") .Values.controller.leaderElect }}true{{ end }}
+{{- end }}
+
+{{/* Name of the controller's election Lease and of its store's head
+StoreJournal: fixed in cmd/slingshot-controller, not the release's name. */}}
+{{- define "slingshot.controller.leaseName" -}}
+slingshot-controller
 {{- end }}
