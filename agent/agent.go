@@ -184,7 +184,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	}
 	b.state = state
 
-	client, err := newLeaser(ctx, opts, logger, reg)
+	client, err := newLeaser(ctx, opts, b.inUseVNIs, logger, reg)
 	if err != nil {
 		return err
 	}

@@ -36,12 +36,14 @@ func (t timedLeaser) ReleaseJobVNI(ctx context.Context, l controllerclient.Lease
 	return err
 }
 
-// newLeaser connects to the controller, or starts the embedded one. The
+// newLeaser connects to the controller, or starts the embedded one; its
+// heartbeats report the VNIs inUse returns. The
 // returned client's Run must run (heartbeats, pool refills) and its Close
 // be called after Run returned.
-func newLeaser(ctx context.Context, opts Options, logger *slog.Logger, reg prometheus.Registerer) (*controllerclient.Client, error) {
+func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([]uint16, error), logger *slog.Logger, reg prometheus.Registerer) (*controllerclient.Client, error) {
 	copts := controllerclient.Options{
 		Node:       opts.NodeName,
+		InUseVNIs:  inUse,
 		Logger:     logger.With("component", "controllerclient"),
 		Registerer: reg,
 	}

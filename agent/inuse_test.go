@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// failingList is a driver whose List fails.
+type failingList struct{ serviceDriver }
+
+func (failingList) List(context.Context) ([]cxi.Service, error) {
+	return nil, errors.New("device gone")
+}
+
+func TestInUseVNIs(t *testing.T) {
+	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001})
+	ctx := t.Context()
+	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := r.b.PreStart(ctx, res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	// A lease recorded before its services exist (a bind under way).
+	r.b.mu.Lock()
+	r.b.state.Pods["ns/b"] = &checkpoint.Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1999, LeaseKey: "job/ns/b"}
+	r.b.mu.Unlock()
+	// A service the agent did not make.
+	if _, err := r.b.nics["cxi1"].drv.Create(ctx, cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint16]bool{r.b.state.Pods["ns/a"].VNI: true, 1999: true, 3000: true}
+	for _, n := range []string{"cxi0", "cxi1"} {
+		all, err := r.b.nics[n].drv.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range all {
+			if s.IsDefault() {
+				for _, v := range s.VNIs {
+					want[v] = true
+				}
+			}
+		}
+	}
+	got, err := r.b.inUseVNIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := slices.Sorted(maps.Keys(want)); !slices.Equal(got, w) {
+		t.Fatalf("inUseVNIs = %v, want %v", got, w)
+	}
+
+	// A NIC that cannot be listed makes no report rather than a partial one.
+	r.b.nics["cxi1"].drv = failingList{r.b.nics["cxi1"].drv}
+	if got, err := r.b.inUseVNIs(ctx); err == nil {
+		t.Fatalf("inUseVNIs with a failing NIC = %v, want an error", got)
+	}
+}
