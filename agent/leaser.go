@@ -43,6 +43,7 @@ func (t timedLeaser) ReleaseJobVNI(ctx context.Context, l controllerclient.Lease
 func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([]uint16, error), logger *slog.Logger, reg prometheus.Registerer) (*controllerclient.Client, error) {
 	copts := controllerclient.Options{
 		Node:       opts.NodeName,
+		Heartbeat:  opts.ControllerHeartbeat,
 		InUseVNIs:  inUse,
 		Logger:     logger.With("component", "controllerclient"),
 		Registerer: reg,

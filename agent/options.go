@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
@@ -37,10 +38,13 @@ type Options struct {
 	ControllerKey           string
 	ControllerTokenFile     string
 	ControllerInsecureToken bool
-	CXIDriver               string
-	Config                  string
-	NodeName                string
-	MetricsAddr             string
+	// ControllerHeartbeat is the interval of the node's heartbeats: slice
+	// renewals and the report of the VNIs the node uses.
+	ControllerHeartbeat time.Duration
+	CXIDriver           string
+	Config              string
+	NodeName            string
+	MetricsAddr         string
 	// CleanManaged also destroys, at start, every non-system service whose
 	// VNIs all fall in ManagedVNIs, as `flux-slingshot clean --all` does.
 	CleanManaged bool
@@ -63,6 +67,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ControllerKey, "controller-key-file", "", "PEM private key `file` of --controller-cert-file")
 	fs.StringVar(&o.ControllerTokenFile, "controller-token-file", "", "projected ServiceAccount token `file` sent to the controller (needs --controller-ca-file, or --controller-insecure-token)")
 	fs.BoolVar(&o.ControllerInsecureToken, "controller-insecure-token", false, "send the token without TLS (it crosses the cluster network in clear)")
+	fs.DurationVar(&o.ControllerHeartbeat, "controller-heartbeat", 10*time.Second, "interval of the heartbeats to the controller: node slice renewals and the report of the VNIs this node uses (keep it well within the controller's --slice-ttl)")
 	fs.StringVar(&o.CXIDriver, "cxi-driver", DriverUAPI, "CXI driver: \"uapi\" for the real driver, \"sim\" for the simulated one")
 	fs.StringVar(&o.Config, "config", "", "YAML configuration `file`; reloaded when it changes (empty: defaults)")
 	fs.StringVar(&o.NodeName, "node-name", "", "this node's `name` (default $NODE_NAME, then the host name)")
@@ -109,6 +114,9 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
 			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
 		}
+	}
+	if o.ControllerHeartbeat <= 0 {
+		errs = append(errs, fmt.Errorf("--controller-heartbeat %v: want a positive duration", o.ControllerHeartbeat))
 	}
 	if (o.ControllerCert == "") != (o.ControllerKey == "") {
 		errs = append(errs, errors.New("--controller-cert-file and --controller-key-file go together"))

@@ -30,7 +30,7 @@ type Config struct {
 	PodVNISliceSize                  int
 	IPPools                          string
 	Quarantine, SliceTTL, SliceGrace time.Duration
-	SweepInterval                    time.Duration
+	SweepInterval, HoldGrace         time.Duration
 	OwnerKinds                       string
 	NoKube                           bool
 	Kubeconfig                       string
@@ -75,7 +75,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.DurationVar(&c.Quarantine, "quarantine", 60*time.Second, "how long a freed VNI waits before reuse")
 	fs.DurationVar(&c.SliceTTL, "slice-ttl", 60*time.Second, "node slice lease time; agents renew well within it")
 	fs.DurationVar(&c.SliceGrace, "slice-grace", 5*time.Minute, "how long a node must be gone before its empty slices are reclaimed and a deleted node stops holding VNIs")
-	fs.DurationVar(&c.SweepInterval, "sweep-interval", 10*time.Second, "interval of reclaim sweeps (quarantine, gone owners, gone nodes)")
+	fs.DurationVar(&c.SweepInterval, "sweep-interval", 10*time.Second, "interval of reclaim sweeps (quarantine, gone owners, gone nodes, unused holds)")
+	fs.DurationVar(&c.HoldGrace, "hold-grace", 2*time.Minute, "how long after a node's last acquire of a lease its heartbeat's report of the VNIs it uses must still lack the lease's VNI before the node's hold is dropped (0: never drop)")
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
@@ -187,6 +188,9 @@ func (c *Config) Validate() error {
 	if c.Quarantine < 0 {
 		add("--quarantine: negative")
 	}
+	if c.HoldGrace < 0 {
+		add("--hold-grace: must not be negative")
+	}
 	if c.SweepInterval <= 0 {
 		add("--sweep-interval: must be positive")
 	}
@@ -218,9 +222,12 @@ func (c *Config) Validate() error {
 		add("--log-format %q: want json or text", c.LogFormat)
 	}
 	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
-		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval}
+		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace}
 	if c.Quarantine == 0 {
 		c.controller.Quarantine = -1 // explicitly none
+	}
+	if c.HoldGrace == 0 {
+		c.controller.HoldGrace = -1 // explicitly never
 	}
 	if len(errs) == 0 {
 		if err := c.controller.Validate(); err != nil {
