@@ -410,6 +410,14 @@ func Ptr[T any](v T) *T { return &v }
 // metadata API that holds the pods and their Jobs.
 func StartController(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs []*metav1.OwnerReference) string {
 	t.Helper()
+	addr, _ := StartControllerWith(t, ctx, pki, pods, jobs, controller.Config{})
+	return addr
+}
+
+// StartControllerWith is StartController with cfg; it also returns the
+// controller itself, for tests that look inside or act as a node.
+func StartControllerWith(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs []*metav1.OwnerReference, cfg controller.Config) (string, *controller.Service) {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -433,7 +441,7 @@ func StartController(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs [
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := controller.New(st, owner.NewResolver(md, owner.DefaultKinds), nil, controller.Config{})
+	svc, err := controller.New(st, owner.NewResolver(md, owner.DefaultKinds), nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +467,7 @@ func StartController(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs [
 		wg.Wait()
 		_ = st.Close()
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), svc
 }
 
 // PKI is a CA with a server certificate for 127.0.0.1.
