@@ -30,6 +30,10 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// errLeadershipLost ends the program when this replica stops leading
+// while it runs; its exit status is non-zero, so the kubelet restarts it.
+var errLeadershipLost = errors.New("leadership lost")
+
 func newLogger(c *Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
@@ -163,7 +167,19 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 			return err
 		}
 		log.Info("leader election", "lease", c.StoreNamespace+"/slingshot-controller", "identity", c.Identity)
-		wg.Go(func() { fail("controller", el.Run(ctx, svc.Run)) })
+		wg.Go(func() {
+			fail("controller", el.Run(ctx, func(lctx context.Context) error {
+				err := svc.Run(lctx)
+				if ctx.Err() == nil {
+					// Leadership lost while running: exit, so that the
+					// agents' connections to this replica close and they
+					// reconnect, through the Service, to the new leader;
+					// the restarted process campaigns again.
+					fail("controller", errors.Join(errLeadershipLost, err))
+				}
+				return err
+			}))
+		})
 	} else {
 		wg.Go(func() { fail("controller", svc.Run(ctx)) })
 	}

@@ -40,12 +40,14 @@ type replica struct {
 }
 
 // startReplica runs slingshot-controller --store kube --leader-elect as
-// replica id, with its JSON log appended to logs.
-func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer) *replica {
+// replica id, with its JSON log appended to logs and extra flags after
+// the others.
+func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra ...string) *replica {
 	t.Helper()
-	cmd := exec.Command(controllerBinary(t), "--store", "kube", "--leader-elect", "--store-namespace", ns, "--identity", id,
+	args := append([]string{"--store", "kube", "--leader-elect", "--store-namespace", ns, "--identity", id,
 		"--kubeconfig", kubeconfig, "--auth", "none", "--grpc-addr", "127.0.0.1:0", "--hooks-addr=", "--metrics-addr=",
-		"--log-format", "json")
+		"--log-format", "json"}, extra...)
+	cmd := exec.Command(controllerBinary(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

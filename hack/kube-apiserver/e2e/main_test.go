@@ -177,3 +177,28 @@ current-context: e2e
 	}
 	return p
 }
+
+// eventually polls cond every 50 ms until it holds, and fails the test
+// with cond's last word when it does not within d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not within %v (last: %s)", what, d, last)
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
