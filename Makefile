@@ -33,7 +33,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command)
-check: test e2e validate-manifests
+check: test e2e validate-manifests e2e-k8s
 
 ## lint: formatting, vet and staticcheck
 lint:
