@@ -1,7 +1,8 @@
 // Command validate-manifests renders the slingshot Helm chart with Helm's
 // own library and validates every object it makes, and every file of
-// deploy/manifests, deploy/crds and deploy/examples, the way the Kubernetes
-// API server would on create with strict field validation:
+// deploy/manifests, deploy/manifests/ha, deploy/crds and deploy/examples,
+// the way the Kubernetes API server would on create with strict field
+// validation:
 //
 //   - built-in kinds against the OpenAPI v3 schemas published with the
 //     project's Kubernetes release (api/openapi-spec/v3 of the
@@ -17,8 +18,8 @@
 //   - the agent's configuration file in the ConfigMap with the agent's own
 //     parser.
 //
-// It also checks that the generated files (the plain manifests, the
-// chart's crds/, the copies in deploy/crds of the controller store's CRDs
+// It also checks that the generated files (the plain manifests, default
+// and highly available, the chart's crds/, the copies in deploy/crds of the controller store's CRDs
 // and the values table of the chart's README) equal a fresh render; with
 // -write it regenerates them instead.
 //
@@ -72,20 +73,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *print != "" {
-		for _, variant := range Variants() {
-			if variant.Name != *print {
-				continue
-			}
-			rendered, err := Render(ch, variant.Values)
-			if err != nil {
-				return err
-			}
-			for _, m := range rendered {
-				fmt.Fprintf(stdout, "---\n# Source: %s\n%s\n", m.Source, m.Content)
-			}
-			return nil
+		variant, ok := VariantNamed(*print)
+		if !ok {
+			return fmt.Errorf("no variant %q", *print)
 		}
-		return fmt.Errorf("no variant %q", *print)
+		rendered, err := Render(ch, variant.Values)
+		if err != nil {
+			return err
+		}
+		for _, m := range rendered {
+			fmt.Fprintf(stdout, "---\n# Source: %s\n%s\n", m.Source, m.Content)
+		}
+		return nil
 	}
 	gen, err := Generated(*root, ch)
 	if err != nil {
@@ -166,7 +165,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		r.consistency("render "+variant.Name, objs, variant.External)
 	}
-	for _, dir := range []string{manifestsDir, crdDir, examplesDir} {
+	for _, dir := range []string{manifestsDir, haManifestsDir, crdDir, examplesDir} {
 		files, err := readDir(filepath.Join(*root, dir))
 		if err != nil {
 			return err
@@ -178,7 +177,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 					objs = append(objs, o)
 				}
 			}
-			if dir == manifestsDir {
+			if dir == manifestsDir || dir == haManifestsDir {
 				r.consistency(filepath.Join(dir, f.name), objs, nil)
 			}
 		}

@@ -276,9 +276,65 @@ func TestGeneratedFresh(t *testing.T) {
 	}
 }
 
+// TestManifestDirsInstallOneController reads each plain manifests
+// directory as `kubectl apply -f DIR/` does (its *.yaml files, not its
+// subdirectories: that takes -R) and checks that it installs one
+// controller Deployment: deploy/manifests/ the default one, and
+// deploy/manifests/ha/ the kube-ha one, so neither command starts both.
+func TestManifestDirsInstallOneController(t *testing.T) {
+	for _, tc := range []struct {
+		dir      string
+		replicas int32
+		args     []string
+	}{
+		{manifestsDir, 1, []string{"--db=/var/lib/slingshot-controller/controller.db"}},
+		{haManifestsDir, 3, []string{"--store=kube", "--store-namespace=" + releaseNamespace, "--leader-elect"}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			files, err := readDir(filepath.Join("../..", tc.dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var deployments []appsv1.Deployment
+			for _, f := range files {
+				for _, doc := range splitDocuments(f.data) {
+					o, err := Decode(doc)
+					if err != nil {
+						t.Fatalf("%s: %v", f.name, err)
+					}
+					if o == nil || o.GVK.Kind != "Deployment" {
+						continue
+					}
+					var d appsv1.Deployment
+					if err := json.Unmarshal(o.JSON, &d); err != nil {
+						t.Fatal(err)
+					}
+					deployments = append(deployments, d)
+				}
+			}
+			if len(deployments) != 1 {
+				t.Fatalf("kubectl apply -f %s/ makes %d Deployments, want the controller's alone", tc.dir, len(deployments))
+			}
+			d := deployments[0]
+			if d.Name != "slingshot-controller" || d.Spec.Replicas == nil || *d.Spec.Replicas != tc.replicas {
+				t.Errorf("Deployment %s with %v replicas, want slingshot-controller with %d", d.Name, d.Spec.Replicas, tc.replicas)
+			}
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, a := range tc.args {
+				if !slices.Contains(args, a) {
+					t.Errorf("controller args %v lack %s", args, a)
+				}
+			}
+		})
+	}
+}
+
+// TestStaleDetectsEdits: an edited generated file, a missing one and a
+// file nothing generates are stale, in deploy/manifests and in its ha/
+// subdirectory (itself generated, so not reported); Write mends them.
 func TestStaleDetectsEdits(t *testing.T) {
 	root := t.TempDir()
-	gen := map[string][]byte{manifestFile: []byte("a: 1\n")}
+	gen := map[string][]byte{manifestFile: []byte("a: 1\n"), haManifestFile: []byte("b: 1\n")}
 	if err := Write(root, gen); err != nil {
 		t.Fatal(err)
 	}
@@ -288,19 +344,37 @@ func TestStaleDetectsEdits(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, manifestFile), []byte("a: 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	extra := filepath.Join(root, manifestsDir, "old.yaml")
-	if err := os.WriteFile(extra, nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, haManifestFile), []byte("b: 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	extra := filepath.Join(root, manifestsDir, "old.yaml")
+	haExtra := filepath.Join(root, haManifestsDir, "old.yaml")
+	for _, p := range []string{extra, haExtra} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stale, _ := Stale(root, gen)
-	if len(stale) != 2 {
-		t.Fatalf("stale %v: want the edited file and the extra one", stale)
+	want := []string{haManifestsDir + "/old.yaml (not generated)", haManifestFile, manifestsDir + "/old.yaml (not generated)", manifestFile}
+	if !slices.Equal(stale, want) {
+		t.Fatalf("stale %v, want %v", stale, want)
+	}
+	if err := os.Remove(filepath.Join(root, haManifestFile)); err != nil {
+		t.Fatal(err)
+	}
+	if stale, _ := Stale(root, gen); !slices.Contains(stale, haManifestFile) {
+		t.Fatalf("stale %v: want the missing %s", stale, haManifestFile)
 	}
 	if err := Write(root, gen); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(extra); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Write kept %s", extra)
+	for _, p := range []string{extra, haExtra} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Write kept %s", p)
+		}
+	}
+	if stale, _ := Stale(root, gen); len(stale) != 0 {
+		t.Errorf("stale after Write: %v", stale)
 	}
 }
 

@@ -82,6 +82,17 @@ func Variants() []Variant {
 	}
 }
 
+// VariantNamed returns the variant of Variants called name, and whether
+// there is one.
+func VariantNamed(name string) (Variant, bool) {
+	for _, v := range Variants() {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Variant{}, false
+}
+
 // Rendered is one rendered manifest: a template's output document.
 type Rendered struct {
 	Source  string // template path within the chart

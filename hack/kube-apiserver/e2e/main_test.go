@@ -155,8 +155,15 @@ func controllerBinary(t testing.TB) string {
 	return controllerBin
 }
 
-// writeKubeconfig writes a kubeconfig for the test API server.
+// writeKubeconfig writes a kubeconfig for the test API server, as admin.
 func writeKubeconfig(t testing.TB) string {
+	t.Helper()
+	return writeTokenKubeconfig(t, srv.Config.BearerToken)
+}
+
+// writeTokenKubeconfig writes a kubeconfig for the test API server that
+// authenticates with token alone.
+func writeTokenKubeconfig(t testing.TB, token string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
@@ -171,7 +178,7 @@ contexts:
 - name: e2e
   context: {cluster: e2e, user: admin}
 current-context: e2e
-`, srv.Config.Host, srv.Config.BearerToken)
+`, srv.Config.Host, token)
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
