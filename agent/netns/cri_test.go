@@ -50,6 +50,9 @@ func TestCRINetns(t *testing.T) {
 		{name: "containerd: sandbox process unseen, the netns path", setup: func(f *fakeRuntime) {
 			f.add("sb1", uid, ready, 100, podNet, containerdInfo(t, 4242, ns.podPath, false, true))
 		}, procDir: t.TempDir(), want: ns.podIno},
+		{name: "containerd: neither the sandbox process nor the path", setup: func(f *fakeRuntime) {
+			f.add("sb1", uid, ready, 100, podNet, containerdInfo(t, 4242, containerdNetns, false, true))
+		}, procDir: t.TempDir(), wantErr: os.ErrNotExist},
 		{name: "CRI-O with an infra container: the pid", setup: func(f *fakeRuntime) {
 			f.add("sb1", uid, ready, 100, podNet, crioInfo(t, ns.podPid, crioNetns, false))
 		}, want: ns.podIno},
