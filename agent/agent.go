@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
@@ -70,6 +71,20 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}()
+	finder, criConn, err := newNetnsFinder(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
+	if criConn != nil {
+		closers = append(closers, criConn)
+	}
+
 	b := &binder{
 		node:     opts.NodeName,
 		resource: cfg.NICResource.Name,
@@ -77,7 +92,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		nics:     map[string]*nic{},
 		devNIC:   map[string]string{},
 		resolve:  map[string]func([]string) ([]*nic, error){},
-		netns:    netns.Proc{Root: opts.ProcRoot},
+		netns:    finder,
 		allocDir: allocDir,
 		ckptPath: filepath.Join(opts.StateDir, CheckpointName),
 		metrics:  m,
@@ -85,12 +100,6 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	}
 	b.setPolicy(policyFrom(cfg))
 
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			_ = c.Close()
-		}
-	}()
 	var served []sysfs.NIC
 	for _, n := range disc.NICs {
 		if n.VF {
@@ -571,4 +580,50 @@ func memberStrings(s cxi.Service) []string {
 		out = append(out, m.String())
 	}
 	return out
+}
+
+// newNetnsFinder chooses how pods' network namespaces are found: the
+// container runtime over CRI first where its socket is found, /proc always
+// (see package netns). It logs the choice once. The returned Closer, nil
+// with /proc only, closes the CRI connection.
+func newNetnsFinder(ctx context.Context, opts Options, logger *slog.Logger) (netnsFinder, io.Closer, error) {
+	proc := netns.Proc{Root: opts.ProcRoot}
+	if opts.CRISocket == CRINone {
+		logger.Info("network namespaces from /proc only (--cri-socket none)", "proc", opts.ProcRoot)
+		return proc, nil, nil
+	}
+	// With hostPID, PID 1's root is the host's: the runtime's socket and
+	// the namespaces it pins (/var/run/netns/...) are reached there
+	// without mounting them.
+	hostRoot := filepath.Join(opts.ProcRoot, "1", "root")
+	candidates := netns.DefaultCRISockets
+	if opts.CRISocket != "" {
+		candidates = []string{opts.CRISocket}
+	}
+	socket, found := netns.FindCRISocket(hostRoot, candidates...)
+	if !found {
+		if opts.CRISocket == "" {
+			logger.Info("no CRI socket found; network namespaces from /proc only", "tried", candidates, "host_root", hostRoot, "proc", opts.ProcRoot)
+			return proc, nil, nil
+		}
+		logger.Warn("CRI socket not found; asking it anyway, and /proc where that fails", "socket", opts.CRISocket)
+		socket = opts.CRISocket
+	}
+	client, conn, err := netns.DialCRI(socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	vctx, cancel := context.WithTimeout(ctx, netns.DefaultCRITimeout)
+	v, err := client.Version(vctx, &runtimeapi.VersionRequest{})
+	cancel()
+	if err != nil {
+		logger.Warn("the CRI socket does not answer Version; network namespaces from /proc where the runtime fails", "socket", socket, "err", err)
+	}
+	logger.Info("network namespaces from the container runtime (CRI), then /proc", "socket", socket,
+		"runtime", v.GetRuntimeName(), "runtime_version", v.GetRuntimeVersion(), "host_root", hostRoot, "proc", opts.ProcRoot)
+	return netns.Fallback{
+		First:  netns.CRI{Client: client, ProcRoot: opts.ProcRoot, HostRoot: hostRoot},
+		Second: proc,
+		Logger: logger.With("component", "netns"),
+	}, conn, nil
 }

@@ -1,7 +1,19 @@
 package agent
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/slingshot-k8s/slingshot/agent/netns"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -53,5 +65,83 @@ func TestInventory(t *testing.T) {
 	}
 	if one := newInventory(nics[:1], 1).devices(); one[0].ID != "0000:21:00.0" {
 		t.Fatalf("single-share ID = %q, want the PCI address", one[0].ID)
+	}
+}
+
+// versionRuntime answers only the CRI Version call.
+type versionRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+}
+
+func (versionRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "fakerd", RuntimeVersion: "1.2.3", RuntimeApiVersion: "v1"}, nil
+}
+
+func TestNewNetnsFinder(t *testing.T) {
+	procRoot, err := os.MkdirTemp("", "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(procRoot) })
+	// The host's root seen through PID 1, with a runtime socket in it.
+	hostSock := filepath.Join(procRoot, "1", "root", "run", "rt", "cri.sock")
+	if err := os.MkdirAll(filepath.Dir(hostSock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, versionRuntime{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+
+	find := func(socket string) (netnsFinder, string) {
+		t.Helper()
+		var logs bytes.Buffer
+		f, conn, err := newNetnsFinder(t.Context(), Options{ProcRoot: procRoot, CRISocket: socket}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatalf("newNetnsFinder(%q): %v", socket, err)
+		}
+		if conn != nil {
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+		return f, logs.String()
+	}
+
+	if f, logs := find(CRINone); f != (netns.Proc{Root: procRoot}) || !strings.Contains(logs, "/proc only") {
+		t.Errorf("none: %#v, logs %q", f, logs)
+	}
+
+	f, logs := find("/run/rt/cri.sock")
+	fb, ok := f.(netns.Fallback)
+	if !ok {
+		t.Fatalf("a socket under the host root: %#v, want a Fallback", f)
+	}
+	if cri, ok := fb.First.(netns.CRI); !ok || cri.HostRoot != filepath.Join(procRoot, "1", "root") || cri.ProcRoot != procRoot || fb.Second != (netns.Proc{Root: procRoot}) {
+		t.Errorf("fallback = %#v", fb)
+	}
+	if !strings.Contains(logs, "socket="+hostSock) || !strings.Contains(logs, "runtime=fakerd") {
+		t.Errorf("logs %q lack the socket and the runtime", logs)
+	}
+
+	f, logs = find("/nonexistent/cri.sock")
+	if _, ok := f.(netns.Fallback); !ok || !strings.Contains(logs, "CRI socket not found") || !strings.Contains(logs, "does not answer") {
+		t.Errorf("a missing socket: %#v, logs %q", f, logs)
+	}
+
+	// Auto: the defaults, as they are here or under the (fake) host root.
+	_, onHost := netns.FindCRISocket("", netns.DefaultCRISockets...)
+	f, logs = find("")
+	if _, isProc := f.(netns.Proc); isProc == onHost {
+		t.Errorf("auto with a runtime socket here %v: %#v, logs %q", onHost, f, logs)
 	}
 }

@@ -50,7 +50,7 @@ type podFinder interface {
 
 // netnsFinder finds a pod's network namespace inode from its UID.
 type netnsFinder interface {
-	Netns(podUID string) (uint32, error)
+	Netns(ctx context.Context, podUID string) (uint32, error)
 }
 
 // ErrNoMember is returned by PreStart when the pod's network namespace
@@ -186,7 +186,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	if err := b.retireReplaced(ctx, pod); err != nil {
 		return err
 	}
-	member, netns, err := b.member(pod)
+	member, netns, err := b.member(ctx, pod)
 	if err != nil {
 		return err
 	}
@@ -280,11 +280,11 @@ func (b *binder) retireReplaced(ctx context.Context, pod *podwatch.Pod) error {
 
 // member chooses the services' member: the pod's network namespace, or
 // the configured fallback UID/GID where the namespace cannot be found.
-func (b *binder) member(pod *podwatch.Pod) (cxi.Member, uint32, error) {
+func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, uint32, error) {
 	var nsErr error
 	if pod.UID == "" {
 		nsErr = errors.New("pod UID unknown (the kubelet checkpoint did not name it)")
-	} else if ino, err := b.netns.Netns(pod.UID); err == nil {
+	} else if ino, err := b.netns.Netns(ctx, pod.UID); err == nil {
 		return cxi.Member{Type: cxi.MemberNetNS, ID: ino}, ino, nil
 	} else {
 		nsErr = err

@@ -105,7 +105,7 @@ func (l *fakeLeaser) ReleaseJobVNI(_ context.Context, lease controllerclient.Lea
 
 type fakeNetns map[string]uint32
 
-func (f fakeNetns) Netns(uid string) (uint32, error) {
+func (f fakeNetns) Netns(_ context.Context, uid string) (uint32, error) {
 	if ino, ok := f[uid]; ok {
 		return ino, nil
 	}

@@ -40,6 +40,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"metrics", func(o *Options) { o.MetricsAddr = "9479" }, "--metrics-addr"},
 		{"metrics off", func(o *Options) { o.MetricsAddr = "" }, ""},
 		{"managed range", func(o *Options) { o.ManagedVNIs = "10-1" }, "--managed-vnis"},
+		{"cri socket relative", func(o *Options) { o.CRISocket = "run/containerd/containerd.sock" }, "--cri-socket"},
+		{"cri socket", func(o *Options) { o.CRISocket = "/run/k3s/containerd/containerd.sock" }, ""},
+		{"cri none", func(o *Options) { o.CRISocket = CRINone }, ""},
 		{"log level", func(o *Options) { o.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 	}

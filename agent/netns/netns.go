@@ -1,14 +1,7 @@
-// Package netns finds a pod's network namespace inode, the member the
-// agent gives the pod's CXI services.
-//
-// [Proc] finds it without a container runtime: every container of a pod,
-// the sandbox ("pause") process first, shares the pod's network namespace
-// and runs in a cgroup whose path names the pod UID (cgroupfs:
-// ".../pod<uid>/...", systemd: "...-pod<uid_with_underscores>.slice"). The
-// inode is read from the /proc/<pid>/ns/net link, "net:[<inode>]".
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,18 +11,24 @@ import (
 	"strings"
 )
 
-// Errors of [Proc.Netns].
+// Errors of the finders' Netns methods.
 var (
-	// ErrNotFound: no process of the pod was found.
+	// ErrNotFound: the pod has no ready sandbox, or no process of it runs.
 	ErrNotFound = errors.New("pod network namespace not found")
 	// ErrHostNetwork: the pod shares the host's network namespace, so a
 	// netns member would admit every host process.
 	ErrHostNetwork = errors.New("pod uses the host network namespace")
 	// ErrAmbiguous: processes of the pod are in different namespaces.
 	ErrAmbiguous = errors.New("pod processes disagree on the network namespace")
+	// ErrNotNetns: what the runtime named is not a network namespace (not
+	// an nsfs inode of type net).
+	ErrNotNetns = errors.New("not a network namespace")
 )
 
-// Proc resolves network namespaces from a proc filesystem.
+// Proc resolves network namespaces from a proc filesystem: the processes
+// whose cgroup names the pod UID. It needs a running process of the pod, so
+// it cannot find the namespace of a CRI-O pod whose infra container was
+// dropped before the pod's first container starts; [CRI] can.
 type Proc struct {
 	// Root is the proc mount, "/proc" on a host; the agent's container
 	// mounts the host's /proc (hostPID) for this.
@@ -37,7 +36,9 @@ type Proc struct {
 }
 
 // Netns returns the network namespace inode of the pod with the given UID.
-func (p Proc) Netns(podUID string) (uint32, error) {
+// It returns an error wrapping [ErrNotFound], [ErrHostNetwork] or
+// [ErrAmbiguous], or ctx's error if ctx ends during the walk.
+func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
 	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
 		return 0, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
 	}
@@ -48,6 +49,9 @@ func (p Proc) Netns(podUID string) (uint32, error) {
 	}
 	var found uint32
 	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}

@@ -74,7 +74,7 @@ func TestProcNetns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Proc{Root: proc(t, tt.procs)}.Netns(uid)
+			got, err := Proc{Root: proc(t, tt.procs)}.Netns(t.Context(), uid)
 			if !errors.Is(err, tt.wantErr) || got != tt.want {
 				t.Fatalf("Netns = %d, %v; want %d, %v", got, err, tt.want, tt.wantErr)
 			}
@@ -91,14 +91,14 @@ func TestProcNetnsRealProc(t *testing.T) {
 	if _, err := ParseNetnsLink(target); err != nil {
 		t.Fatalf("ParseNetnsLink(%q): %v", target, err)
 	}
-	if _, err := (Proc{Root: "/proc"}).Netns(uid); !errors.Is(err, ErrNotFound) {
+	if _, err := (Proc{Root: "/proc"}).Netns(t.Context(), uid); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Netns of an absent pod = %v, want ErrNotFound", err)
 	}
 }
 
 func TestProcNetnsBadUID(t *testing.T) {
 	for _, bad := range []string{"", "../x", "a\nb"} {
-		if _, err := (Proc{Root: t.TempDir()}).Netns(bad); !errors.Is(err, ErrNotFound) {
+		if _, err := (Proc{Root: t.TempDir()}).Netns(t.Context(), bad); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Netns(%q) = %v, want ErrNotFound", bad, err)
 		}
 	}

@@ -17,6 +17,7 @@ func TestHelpListsEveryFlagWithItsEnv(t *testing.T) {
 	for _, want := range []string{
 		"--kubelet-dir", "SLINGSHOT_AGENT_KUBELET_DIR", "--sysfs-root", "--dev-root", "--state-dir",
 		"--controller", "--cxi-driver", "--config", "--node-name", "--metrics-addr", "inspect",
+		"--cri-socket", "SLINGSHOT_AGENT_CRI_SOCKET",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
@@ -28,6 +29,7 @@ func TestBadFlagsExitTwo(t *testing.T) {
 	for _, args := range [][]string{
 		{"--cxi-driver", "magic", "--node-name", "n"},
 		{"--kubelet-dir", "relative", "--node-name", "n"},
+		{"--cri-socket", "containerd.sock", "--node-name", "n"},
 		{"--controller", "nohostport", "--node-name", "n"},
 		{"--no-such-flag"},
 		{"--node-name", "n", "extra"},
