@@ -16,6 +16,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -76,9 +77,15 @@ type Lister interface {
 
 // DialKubelet connects to the PodResources API on a unix socket. The
 // connection is lazy: a kubelet that is not up yet is an error of List,
-// not of DialKubelet.
+// not of DialKubelet. Reconnects back off to at most a second: a local
+// socket costs nothing to retry, and after a kubelet restart its first
+// PreStart must not find the connection still waiting out a long backoff.
 func DialKubelet(socket string) (podresourcesv1.PodResourcesListerClient, io.Closer, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("pod resources %s: %w", socket, err)
 	}
@@ -97,7 +104,8 @@ type Config struct {
 	PluginDir string
 	// PollInterval is how often PodResources is listed. Default 2 s.
 	PollInterval time.Duration
-	// ListTimeout bounds one List call. Default 2 s.
+	// ListTimeout bounds one List call, including the wait for a broken
+	// connection to the kubelet to be re-made. Default 2 s.
 	ListTimeout time.Duration
 	// Logger, nil to discard.
 	Logger *slog.Logger
@@ -148,7 +156,9 @@ func (w *Watcher) Refresh(ctx context.Context) (*Snapshot, error) {
 	defer w.listMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
 	defer cancel()
-	resp, err := w.cfg.Lister.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	// Wait, within ListTimeout, for a connection the kubelet's restart
+	// broke, rather than fail at once while it is being re-made.
+	resp, err := w.cfg.Lister.List(ctx, &podresourcesv1.ListPodResourcesRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		return nil, fmt.Errorf("list pod resources: %w", err)
 	}

@@ -3,6 +3,7 @@ package podwatch
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -216,4 +217,46 @@ func FuzzParseKubeletCheckpoint(f *testing.F) {
 			t.Fatal("nil map without error")
 		}
 	})
+}
+
+// podResourcesServer answers List with no pods.
+type podResourcesServer struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+}
+
+func (podResourcesServer) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return &podresourcesv1.ListPodResourcesResponse{}, nil
+}
+
+// After the kubelet restarts, its PodResources socket comes back a moment
+// after the device manager asks for PreStart: a List made while the
+// connection is being re-made waits for it (within ListTimeout) instead
+// of failing.
+func TestRefreshWaitsForTheKubeletSocket(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "kubelet.sock")
+	client, conn, err := DialKubelet(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	down := New(Config{Lister: client, ListTimeout: 200 * time.Millisecond})
+	if _, err := down.Refresh(t.Context()); err == nil {
+		t.Fatal("Refresh with no kubelet socket succeeded")
+	}
+	// The failed attempt left the connection backing off; the kubelet is
+	// now back.
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, podResourcesServer{})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	up := New(Config{Lister: client, ListTimeout: 10 * time.Second})
+	start := time.Now()
+	if _, err := up.Refresh(t.Context()); err != nil {
+		t.Fatalf("Refresh once the kubelet socket is back: %v", err)
+	}
+	t.Logf("listed %v after the socket came back", time.Since(start).Round(time.Millisecond))
 }
