@@ -584,8 +584,11 @@ func memberStrings(s cxi.Service) []string {
 
 // newNetnsFinder chooses how pods' network namespaces are found: the
 // container runtime over CRI first where its socket is found, /proc always
-// (see package netns). It logs the choice once. The returned Closer, nil
-// with /proc only, closes the CRI connection.
+// (see package netns). In auto mode (no --cri-socket) it takes the first
+// default socket whose runtime answers the CRI Version call: a node may
+// have a containerd socket that serves no CRI (Docker's, beside CRI-O). It
+// logs the choice once. The returned Closer, nil with /proc only, closes
+// the CRI connection.
 func newNetnsFinder(ctx context.Context, opts Options, logger *slog.Logger) (netnsFinder, io.Closer, error) {
 	proc := netns.Proc{Root: opts.ProcRoot}
 	if opts.CRISocket == CRINone {
@@ -596,34 +599,43 @@ func newNetnsFinder(ctx context.Context, opts Options, logger *slog.Logger) (net
 	// the namespaces it pins (/var/run/netns/...) are reached there
 	// without mounting them.
 	hostRoot := filepath.Join(opts.ProcRoot, "1", "root")
+	explicit := opts.CRISocket != ""
 	candidates := netns.DefaultCRISockets
-	if opts.CRISocket != "" {
+	if explicit {
 		candidates = []string{opts.CRISocket}
 	}
-	socket, found := netns.FindCRISocket(hostRoot, candidates...)
-	if !found {
-		if opts.CRISocket == "" {
-			logger.Info("no CRI socket found; network namespaces from /proc only", "tried", candidates, "host_root", hostRoot, "proc", opts.ProcRoot)
-			return proc, nil, nil
+	for _, candidate := range candidates {
+		socket, found := netns.FindCRISocket(hostRoot, candidate)
+		if !found {
+			if !explicit {
+				continue
+			}
+			logger.Warn("CRI socket not found; asking it anyway, and /proc where that fails", "socket", candidate)
+			socket = candidate
 		}
-		logger.Warn("CRI socket not found; asking it anyway, and /proc where that fails", "socket", opts.CRISocket)
-		socket = opts.CRISocket
+		client, conn, err := netns.DialCRI(socket)
+		if err != nil {
+			return nil, nil, err
+		}
+		vctx, cancel := context.WithTimeout(ctx, netns.DefaultCRITimeout)
+		v, err := client.Version(vctx, &runtimeapi.VersionRequest{})
+		cancel()
+		if err != nil {
+			if !explicit {
+				logger.Warn("a default CRI socket does not answer Version; trying the next", "socket", socket, "err", err)
+				_ = conn.Close()
+				continue
+			}
+			logger.Warn("the CRI socket does not answer Version; network namespaces from /proc where the runtime fails", "socket", socket, "err", err)
+		}
+		logger.Info("network namespaces from the container runtime (CRI), then /proc", "socket", socket,
+			"runtime", v.GetRuntimeName(), "runtime_version", v.GetRuntimeVersion(), "host_root", hostRoot, "proc", opts.ProcRoot)
+		return netns.Fallback{
+			First:  netns.CRI{Client: client, ProcRoot: opts.ProcRoot, HostRoot: hostRoot},
+			Second: proc,
+			Logger: logger.With("component", "netns"),
+		}, conn, nil
 	}
-	client, conn, err := netns.DialCRI(socket)
-	if err != nil {
-		return nil, nil, err
-	}
-	vctx, cancel := context.WithTimeout(ctx, netns.DefaultCRITimeout)
-	v, err := client.Version(vctx, &runtimeapi.VersionRequest{})
-	cancel()
-	if err != nil {
-		logger.Warn("the CRI socket does not answer Version; network namespaces from /proc where the runtime fails", "socket", socket, "err", err)
-	}
-	logger.Info("network namespaces from the container runtime (CRI), then /proc", "socket", socket,
-		"runtime", v.GetRuntimeName(), "runtime_version", v.GetRuntimeVersion(), "host_root", hostRoot, "proc", opts.ProcRoot)
-	return netns.Fallback{
-		First:  netns.CRI{Client: client, ProcRoot: opts.ProcRoot, HostRoot: hostRoot},
-		Second: proc,
-		Logger: logger.With("component", "netns"),
-	}, conn, nil
+	logger.Info("no CRI socket found that answers; network namespaces from /proc only", "tried", candidates, "host_root", hostRoot, "proc", opts.ProcRoot)
+	return proc, nil, nil
 }

@@ -145,3 +145,60 @@ func TestNewNetnsFinder(t *testing.T) {
 		t.Errorf("auto with a runtime socket here %v: %#v, logs %q", onHost, f, logs)
 	}
 }
+
+// serveUnder serves srv on a unix socket at the host path p under the
+// fake host root procRoot/1/root, until the test ends.
+func serveUnder(t *testing.T, procRoot, p string, srv *grpc.Server) string {
+	t.Helper()
+	sock := filepath.Join(procRoot, "1", "root", p)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+	})
+	return sock
+}
+
+// In auto mode a default socket whose server is no CRI runtime (Docker's
+// containerd beside CRI-O) is passed over for the next one that answers.
+func TestNewNetnsFinderAutoSkipsNonCRISocket(t *testing.T) {
+	if _, onHost := netns.FindCRISocket("", netns.DefaultCRISockets...); onHost {
+		t.Skip("this machine has a real runtime socket at a default path; auto mode would find it first")
+	}
+	procRoot, err := os.MkdirTemp("", "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(procRoot) })
+	// containerd's default path: a gRPC server without the RuntimeService.
+	serveUnder(t, procRoot, netns.DefaultCRISockets[0], grpc.NewServer())
+	crio := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(crio, versionRuntime{})
+	crioSock := serveUnder(t, procRoot, netns.DefaultCRISockets[1], crio)
+
+	var logs bytes.Buffer
+	f, conn, err := newNetnsFinder(t.Context(), Options{ProcRoot: procRoot}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn != nil {
+		defer conn.Close()
+	}
+	if _, ok := f.(netns.Fallback); !ok {
+		t.Fatalf("finder %#v, want the CRI with /proc as fallback; logs:\n%s", f, logs.String())
+	}
+	if !strings.Contains(logs.String(), "trying the next") || !strings.Contains(logs.String(), "socket="+crioSock) {
+		t.Errorf("logs do not show the first socket passed over and CRI-O's taken:\n%s", logs.String())
+	}
+}

@@ -67,7 +67,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.SysfsRoot, "sysfs-root", "/sys", "sysfs mount `path` where the NICs (and GPUs) are discovered")
 	fs.StringVar(&o.DevRoot, "dev-root", "/dev", "`path` of the device nodes (/dev/cxiN) as the kubelet's host sees them")
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
-	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's; \"none\": /proc only")
+	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's, whose runtime answers; \"none\": /proc only")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
 	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory")
 	fs.StringVar(&o.ControllerCA, "controller-ca-file", "", "PEM `file` of the CA that signed the controller's certificate")
