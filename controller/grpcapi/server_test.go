@@ -11,6 +11,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -28,21 +29,14 @@ func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOpt
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := controller.New(st, nil, nil, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
+	var svc *controller.Service
 	if run {
-		go func() { done <- svc.Run(ctx) }()
-		select {
-		case <-svc.Loaded():
-		case <-time.After(10 * time.Second):
-			t.Fatal("not loaded in 10s")
-		}
+		svc, _ = controllertest.Start(t, st, nil, cfg)
 	} else {
-		done <- nil
+		if svc, err = controller.New(st, nil, nil, cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,9 +52,6 @@ func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOpt
 	t.Cleanup(func() {
 		conn.Close()
 		g.Stop()
-		cancel()
-		<-done
-		st.Close()
 	})
 	return apiv1.NewControllerClient(conn), svc
 }

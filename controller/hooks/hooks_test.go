@@ -8,9 +8,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
@@ -36,23 +36,15 @@ func newService(t testing.TB, run bool, cfg controller.Config) *controller.Servi
 	if err != nil {
 		t.Fatal(err)
 	}
+	if run {
+		svc, _ := controllertest.Start(t, st, podsOf{}, cfg)
+		return svc
+	}
 	svc, err := controller.New(st, podsOf{}, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	if run {
-		go func() { done <- svc.Run(ctx) }()
-		select {
-		case <-svc.Loaded():
-		case <-time.After(10 * time.Second):
-			t.Fatal("not loaded")
-		}
-	} else {
-		done <- nil
-	}
-	t.Cleanup(func() { cancel(); <-done; st.Close() })
+	t.Cleanup(func() { st.Close() })
 	return svc
 }
 
