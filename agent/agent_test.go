@@ -84,25 +84,9 @@ func TestNewNetnsFinder(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(procRoot) })
 	// The host's root seen through PID 1, with a runtime socket in it.
-	hostSock := filepath.Join(procRoot, "1", "root", "run", "rt", "cri.sock")
-	if err := os.MkdirAll(filepath.Dir(hostSock), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("unix", hostSock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(srv, versionRuntime{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
+	hostSock := serveUnder(t, procRoot, "/run/rt/cri.sock", srv)
 
 	find := func(socket string) (netnsFinder, string) {
 		t.Helper()
