@@ -23,6 +23,11 @@ var (
 	// ErrNotNetns: what the runtime named is not a network namespace (not
 	// an nsfs inode of type net).
 	ErrNotNetns = errors.New("not a network namespace")
+	// ErrHostUnknown: the host's own network namespace could not be read,
+	// so a pod's namespace cannot be told apart from it. Refused, since a
+	// host-network pod would otherwise become a member that admits every
+	// host process.
+	ErrHostUnknown = errors.New("host network namespace unreadable")
 )
 
 // Proc resolves network namespaces from a proc filesystem: the processes
@@ -74,7 +79,13 @@ func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
 	if found == 0 {
 		return 0, fmt.Errorf("%w: no process in a cgroup of pod %s under %s", ErrNotFound, podUID, p.Root)
 	}
-	if host, err := p.inode("1"); err == nil && host == found {
+	// Refused when unreadable, as the CRI finder does: a namespace that
+	// cannot be compared with the host's may be the host's.
+	host, err := p.inode("1")
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrHostUnknown, err)
+	}
+	if host == found {
 		return 0, fmt.Errorf("%w: pod %s", ErrHostNetwork, podUID)
 	}
 	return found, nil

@@ -66,6 +66,15 @@ func TestProcNetns(t *testing.T) {
 			"1":   host,
 			"204": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026531840]"},
 		}, 0, ErrHostNetwork},
+		// Fails on a main where an unreadable /proc/1/ns/net was taken as
+		// "not the host's" (the real node's PID 1 is not readable by root).
+		{"host namespace unreadable", map[string]procEntry{
+			"207": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532505]"},
+		}, 0, ErrHostUnknown},
+		{"host namespace link malformed", map[string]procEntry{
+			"1":   {"0::/init.scope\n", "mnt:[4026531841]"},
+			"208": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532506]"},
+		}, 0, ErrHostUnknown},
 		{"ambiguous", map[string]procEntry{
 			"1":   host,
 			"205": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532503]"},
