@@ -251,7 +251,8 @@ func (s *Server) Status() Status {
 // Update replaces the advertised devices with a copy of devs and, when
 // anything changed, sends the new list on every open ListAndWatch stream;
 // an unchanged list sends nothing, so callers may poll (the kubelet
-// rewrites its checkpoint on every message). Devices with an empty ID, an
+// rewrites its checkpoint on every message; [Server.Resend] sends on
+// purpose). Devices with an empty ID, an
 // ID longer than 63 characters or an ID seen before in devs are left out
 // and logged. Update may be called before Run, to advertise the devices
 // from the first ListAndWatch on.
@@ -282,6 +283,22 @@ func (s *Server) Update(devs []Device) {
 	s.setDeviceGauges(set)
 	s.mu.Unlock()
 	s.logDropped(dropped)
+}
+
+// Resend sends the unchanged device list once more on every open
+// ListAndWatch stream. The kubelet rewrites its device checkpoint from
+// memory on every message it receives, and only then does the file stop
+// naming the pods it freed in memory: the agent nudges it so with Resend
+// when a pod has left PodResources but not yet the checkpoint. Sends that
+// are still pending when Resend is called again are sent once.
+func (s *Server) Resend() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	again := *s.devices // the set is immutable: share its lists and maps
+	again.version++
+	s.devices = &again
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func (s *Server) logDropped(dropped []error) {

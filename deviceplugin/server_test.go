@@ -125,6 +125,29 @@ func TestListAndWatchSendsInitialListAndEveryUpdate(t *testing.T) {
 	}
 }
 
+// The agent nudges the kubelet into rewriting its device checkpoint by
+// sending the unchanged list again; Update of the same list stays silent.
+func TestResendSendsTheUnchangedListAgain(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Update(testDevices())
+	h.startAndRegister()
+	first := health(recv(t, h.kubelet.lists, "initial list"))
+
+	h.srv.Update(testDevices())
+	h.srv.Resend()
+	if got := health(recv(t, h.kubelet.lists, "list after Resend")); !slices.Equal(got, first) {
+		t.Fatalf("resent list = %v, want the unchanged %v", got, first)
+	}
+	// Exactly one message came of the Update and the Resend: the next one
+	// the kubelet sees is the change below, not a second copy.
+	devs := testDevices()
+	devs[0].Healthy = false
+	h.srv.Update(devs)
+	if got := health(recv(t, h.kubelet.lists, "list after a change")); got[0] != "dev0=Unhealthy@numa0" {
+		t.Fatalf("next list = %v, want the change, not another copy", got)
+	}
+}
+
 func TestKubeletRestartRegistersAgainQuickly(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
