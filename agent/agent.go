@@ -173,6 +173,16 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		resources = append(resources, units.name)
 	}
 	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
+	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
+	b.resolve[res.name] = b.nicsOf
+	server, unitServer, err := newPluginServers(pluginDir, res, units, logger, reg)
+	if err != nil {
+		return err
+	}
+	servers := []*deviceplugin.Server{server}
+	if unitServer != nil {
+		servers = append(servers, unitServer)
+	}
 	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
 	if err != nil {
 		return err
@@ -183,6 +193,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		Resources:    resources,
 		PluginDir:    pluginDir,
 		PollInterval: cfg.PodResources.PollInterval.Duration,
+		Nudge:        nudgeKubelet(servers),
 		Logger:       logger.With("component", "podwatch"),
 	})
 	b.pods = watcher
@@ -219,32 +230,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		reg.MustRegister(newUnitCollector(units, func() map[string]bool { return heldIDs(watcher.Latest(), units.name) }))
 	}
 
-	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
-	b.resolve[res.name] = b.nicsOf
-	server, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
-		Resource:   res,
-		PluginDir:  pluginDir,
-		Logger:     logger.With("component", "deviceplugin"),
-		Registerer: reg,
-	})
-	if err != nil {
-		return fail(err)
-	}
 	server.Update(inv.devices())
-	servers := []*deviceplugin.Server{server}
-	var unitServer *deviceplugin.Server
-	if units != nil {
-		unitServer, err = deviceplugin.NewServer(deviceplugin.ServerConfig{
-			Resource:   units,
-			PluginDir:  pluginDir,
-			Logger:     logger.With("component", "deviceplugin"),
-			Registerer: reg,
-		})
-		if err != nil {
-			return fail(err)
-		}
+	if unitServer != nil {
 		unitServer.Update(units.devices())
-		servers = append(servers, unitServer)
 	}
 
 	mon := health.New(health.Config{
@@ -336,6 +324,41 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		logger.Info("agent stopped")
 	}
 	return err
+}
+
+// newPluginServers makes the device plugin servers: the NIC resource's,
+// and the GPU machine type's where units is not nil.
+func newPluginServers(pluginDir string, res *nicResource, units *unitResource, logger *slog.Logger, reg prometheus.Registerer) (server, unitServer *deviceplugin.Server, err error) {
+	newServer := func(r deviceplugin.Resource) (*deviceplugin.Server, error) {
+		return deviceplugin.NewServer(deviceplugin.ServerConfig{
+			Resource:   r,
+			PluginDir:  pluginDir,
+			Logger:     logger.With("component", "deviceplugin"),
+			Registerer: reg,
+		})
+	}
+	if server, err = newServer(res); err != nil {
+		return nil, nil, err
+	}
+	if units != nil {
+		if unitServer, err = newServer(units); err != nil {
+			return nil, nil, err
+		}
+	}
+	return server, unitServer, nil
+}
+
+// nudgeKubelet makes the kubelet rewrite its device checkpoint for a
+// resource: the resource's device plugin sends its unchanged device list
+// again, and the kubelet writes the checkpoint on every list it receives.
+func nudgeKubelet(servers []*deviceplugin.Server) func(resource string) {
+	return func(resource string) {
+		for _, s := range servers {
+			if s.ResourceName() == resource {
+				s.Resend()
+			}
+		}
+	}
 }
 
 // policyFrom turns the configuration into the pod path's policy.

@@ -42,9 +42,14 @@ func leaseOf(p *checkpoint.Pod) controllerclient.Lease {
 	return controllerclient.Lease{Key: p.LeaseKey, VNI: p.VNI, Scope: controllerclient.Scope(p.Scope), Local: p.Local}
 }
 
-// podFinder tells which pod holds which devices.
+// podFinder tells which pod holds which devices, and when a pod is gone;
+// *podwatch.Watcher is one.
 type podFinder interface {
-	Latest() *podwatch.Snapshot
+	// Find returns the pod and container holding ids of resource.
+	Find(ctx context.Context, resource string, ids []string) (*podwatch.Pod, string, error)
+	// Gone reports whether the kubelet no longer holds a pod's devices.
+	Gone(h podwatch.Holder) bool
+	// Refresh lists the pods anew.
 	Refresh(ctx context.Context) (*podwatch.Snapshot, error)
 }
 
@@ -176,7 +181,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	if err != nil {
 		return err
 	}
-	pod, container, err := b.findPod(ctx, resource, ids)
+	pod, container, err := b.pods.Find(ctx, resource, ids)
 	if err != nil {
 		return err
 	}
@@ -247,20 +252,6 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 // allocationRecord keys a container's devices of one resource in the
 // checkpoint: "main@hpe.com/cxi".
 func allocationRecord(container, resource string) string { return container + "@" + resource }
-
-// findPod finds the pod and container holding ids. It always lists
-// PodResources anew: a device freed by a pod that just exited is handed to
-// the next pod at once, so an older snapshot can name the wrong pod.
-func (b *binder) findPod(ctx context.Context, resource string, ids []string) (*podwatch.Pod, string, error) {
-	snap, err := b.pods.Refresh(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("find the pod of devices %v: %w", ids, err)
-	}
-	if p, c, ok := snap.Find(resource, ids); ok {
-		return p, c, nil
-	}
-	return nil, "", fmt.Errorf("no pod holds devices %v according to the kubelet's PodResources", ids)
-}
 
 // retireReplaced cleans up a recorded pod of the same name but another
 // UID: a StatefulSet pod recreated before its predecessor's exit was seen.

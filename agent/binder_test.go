@@ -27,27 +27,34 @@ import (
 
 const res = "hpe.com/cxi"
 
-// fakePods is the kubelet's PodResources as the test sets it.
+// fakePods is the kubelet's PodResources as the test sets it. Its List
+// alone decides whether a pod is gone; the rule with the kubelet's device
+// checkpoint is tested with podwatch.Watcher (see cleanup_test.go).
 type fakePods struct {
-	mu    sync.Mutex
-	snap  *podwatch.Snapshot
-	stale *podwatch.Snapshot // if set, what Latest returns until a Refresh
+	mu   sync.Mutex
+	snap *podwatch.Snapshot
 }
 
 func (f *fakePods) Latest() *podwatch.Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stale != nil {
-		return f.stale
-	}
 	return f.snap
 }
 
 func (f *fakePods) Refresh(context.Context) (*podwatch.Snapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stale = nil
-	return f.snap, nil
+	return f.Latest(), nil
+}
+
+func (f *fakePods) Find(_ context.Context, resource string, ids []string) (*podwatch.Pod, string, error) {
+	if p, c, ok := f.Latest().Find(resource, ids); ok {
+		return p, c, nil
+	}
+	return nil, "", fmt.Errorf("no pod holds devices %v", ids)
+}
+
+func (f *fakePods) Gone(h podwatch.Holder) bool {
+	p := f.Latest().Pods[h.Namespace+"/"+h.Name]
+	return p == nil || h.UID != "" && p.UID != "" && p.UID != h.UID
 }
 
 func (f *fakePods) set(pods ...*podwatch.Pod) {
@@ -227,27 +234,6 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 	}
 	if n := len(r.services(t, "cxi0")) + len(r.services(t, "cxi1")); n != 2 {
 		t.Fatalf("%d services after a container restart, want 2", n)
-	}
-}
-
-// A device freed by an exited pod goes to the next pod at once; a bind
-// must not trust an older snapshot that still names the old holder.
-func TestPreStartIgnoresStaleSnapshot(t *testing.T) {
-	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-old": 4026532001, "uid-new": 4026532002})
-	r.pods.set(pod("ns", "old", "uid-old", "main", dev0))
-	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
-		t.Fatal(err)
-	}
-	stale := r.pods.Latest()
-	r.pods.set(pod("ns", "new", "uid-new", "main", dev0))
-	r.pods.mu.Lock()
-	r.pods.stale = stale
-	r.pods.mu.Unlock()
-	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
-		t.Fatal(err)
-	}
-	if r.b.state.Pods["ns/new"] == nil || len(r.b.state.Pods["ns/new"].Services) != 1 {
-		t.Fatalf("the new holder was not bound: %+v", r.b.state.Pods)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,11 +17,20 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
-// isLive reports whether a recorded pod is still among the pods holding
-// devices. A different UID under the same name is another pod.
-func isLive(entry *checkpoint.Pod, snap *podwatch.Snapshot) bool {
-	p := snap.Pods[entry.Namespace+"/"+entry.Name]
-	return p != nil && (entry.UID == "" || p.UID == "" || p.UID == entry.UID)
+// gone reports whether a recorded pod is gone: the kubelet no longer
+// holds its devices (see podwatch.Watcher.Gone). The caller holds b.mu.
+func (b *binder) gone(entry *checkpoint.Pod) bool {
+	return b.pods.Gone(holderOf(entry))
+}
+
+// holderOf is the pod a record names, with the devices it held.
+func holderOf(entry *checkpoint.Pod) podwatch.Holder {
+	h := podwatch.Holder{Namespace: entry.Namespace, Name: entry.Name, UID: entry.UID, Devices: map[string][]string{}}
+	for rec, ids := range entry.DeviceIDs {
+		_, resource, _ := strings.Cut(rec, "@")
+		h.Devices[resource] = append(h.Devices[resource], ids...)
+	}
+	return h
 }
 
 // RunCleanup cleans up pods as they go, until ctx ends: on every change of
@@ -43,11 +53,10 @@ func (b *binder) RunCleanup(ctx context.Context, changes <-chan struct{}, retry 
 // sweep starts a cleanup for every recorded pod that is gone, unless one
 // is already running for it.
 func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
-	snap := b.pods.Latest()
 	b.mu.Lock()
 	var gone []string
 	for key, entry := range b.state.Pods {
-		if !isLive(entry, snap) {
+		if b.gone(entry) {
 			gone = append(gone, key)
 		}
 	}
@@ -64,8 +73,9 @@ func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
 			// new pod of the same name.
 			b.mu.Lock()
 			entry := b.state.Pods[key]
+			stillGone := entry != nil && b.gone(entry)
 			b.mu.Unlock()
-			if entry == nil || isLive(entry, b.pods.Latest()) {
+			if !stillGone {
 				return
 			}
 			b.cleanupLocked(ctx, key)

@@ -29,12 +29,13 @@ type reconcileReport struct {
 // gone pods are cleaned up, services the agent recognises as its own from
 // a bind that crashed half-way are adopted or destroyed, and, if asked,
 // every other non-system service in the managed VNI range is destroyed.
-// Where the kubelet cannot be reached, no recorded pod is taken for gone.
+// A pod is gone only when the kubelet no longer holds its devices: where
+// PodResources cannot be listed, or lists nothing while the kubelet's
+// checkpoint still names the pod (a kubelet just restarted), it is kept.
 func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcileReport, error) {
 	var rep reconcileReport
-	snap, listErr := b.pods.Refresh(ctx)
-	if listErr != nil {
-		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", listErr)
+	if _, err := b.pods.Refresh(ctx); err != nil {
+		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", err)
 	}
 
 	driver := map[string][]cxi.Service{}
@@ -54,9 +55,9 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		unlock := b.podLocks.Lock(key)
 		b.mu.Lock()
 		entry := b.state.Pods[key]
+		gone := b.gone(entry)
 		b.mu.Unlock()
-		live := listErr != nil && entry.Exited == nil || listErr == nil && isLive(entry, snap)
-		if !live {
+		if gone {
 			if b.cleanupLocked(ctx, key) {
 				rep.CleanedPods++
 			}
@@ -77,11 +78,26 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		unlock()
 	}
 
-	// List again: the pass above destroyed the services of gone pods.
+	if err := b.reconcileOrphans(ctx, opts, owned, &rep); err != nil {
+		return rep, err
+	}
+	if err := b.save(); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// reconcileOrphans handles the services no live record owns: those of a
+// bind that crashed half-way are adopted when their pod lives, and
+// destroyed otherwise, as is, if asked, every other non-system service in
+// the managed VNI range.
+func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, owned map[string]map[uint32]bool, rep *reconcileReport) error {
+	// List again: the pass before destroyed the services of gone pods.
+	driver := map[string][]cxi.Service{}
 	for name, n := range b.nics {
 		svcs, err := n.drv.List(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("list services on %s: %w", name, err)
+			return fmt.Errorf("list services on %s: %w", name, err)
 		}
 		driver[name] = svcs
 	}
@@ -90,8 +106,15 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 			if owned[name][svc.ID] || svc.IsDefault() || svc.System {
 				continue
 			}
-			switch key, entry := b.recognise(svc); {
-			case entry != nil && (listErr != nil || isLive(entry, snap)):
+			key, entry := b.recognise(svc)
+			live := false
+			if entry != nil {
+				b.mu.Lock()
+				live = !b.gone(entry)
+				b.mu.Unlock()
+			}
+			switch {
+			case live:
 				b.mu.Lock()
 				entry.Services = append(entry.Services, checkpoint.Service{NIC: name, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)})
 				b.mu.Unlock()
@@ -109,10 +132,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 			}
 		}
 	}
-	if err := b.save(); err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return nil
 }
 
 // keepServices checks a live pod's recorded services against the driver

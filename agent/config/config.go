@@ -82,8 +82,10 @@ type Cleanup struct {
 
 // PodResources configures the pod watch.
 type PodResources struct {
-	// PollInterval is how often the kubelet's PodResources API is listed.
-	// Changes of the kubelet's checkpoint file trigger a list at once.
+	// PollInterval is how often the kubelet's PodResources API is listed:
+	// a pod's exit is seen at the next List, and its services are
+	// destroyed once the kubelet, nudged, has rewritten its device
+	// checkpoint without it. Default 1s.
 	PollInterval Duration `json:"pollInterval"`
 }
 
@@ -187,7 +189,7 @@ func Default() Config {
 			BusyInterval:    Duration{200 * time.Millisecond},
 			RetryStuckEvery: Duration{30 * time.Second},
 		},
-		PodResources: PodResources{PollInterval: Duration{2 * time.Second}},
+		PodResources: PodResources{PollInterval: Duration{time.Second}},
 		Health:       Health{PollInterval: Duration{10 * time.Second}},
 		CDI:          CDI{Enabled: &enabled, SpecDir: "/var/run/cdi"},
 		GPU:          GPU{Domain: "hpe.com"},

@@ -25,7 +25,7 @@ func TestParse(t *testing.T) {
 			if c.NICResource.Name != "hpe.com/cxi" || c.NICResource.SharesPerNIC != 1 {
 				t.Errorf("nicResource = %+v", c.NICResource)
 			}
-			if !c.CDIEnabled() || c.PodResources.PollInterval.Duration != 2*time.Second {
+			if !c.CDIEnabled() || c.PodResources.PollInterval.Duration != time.Second {
 				t.Errorf("defaults wrong: %+v", c)
 			}
 		}},

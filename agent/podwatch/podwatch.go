@@ -2,16 +2,14 @@ package podwatch
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -19,11 +17,9 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-)
 
-// KubeletCheckpointName is the device manager's checkpoint file in the
-// device-plugins directory.
-const KubeletCheckpointName = "kubelet_internal_checkpoint"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
 
 // Pod is one pod that holds devices of the watched resources.
 type Pod struct {
@@ -38,9 +34,12 @@ type Pod struct {
 // Key returns "namespace/name", the pod's key in a [Snapshot].
 func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
 
-// Snapshot is the set of pods holding watched devices at one moment.
+// Snapshot is the set of pods holding watched devices as one successful
+// PodResources List saw them.
 type Snapshot struct {
 	Pods map[string]*Pod // by Key
+	// seq is the watcher's clock when the List began; 0 for none.
+	seq uint64
 }
 
 // Find returns the pod and container that hold every one of ids for
@@ -61,6 +60,28 @@ func (s *Snapshot) Find(resource string, ids []string) (*Pod, string, bool) {
 	return nil, "", false
 }
 
+// names reports whether the snapshot lists h. A different UID under the
+// same name is another pod.
+func (s *Snapshot) names(h Holder) bool {
+	p := s.Pods[h.Namespace+"/"+h.Name]
+	return p != nil && (h.UID == "" || p.UID == "" || p.UID == h.UID)
+}
+
+// held is the set of devices, by deviceKey, that the snapshot's pods hold.
+func (s *Snapshot) held() map[string]bool {
+	held := map[string]bool{}
+	for _, p := range s.Pods {
+		for _, byRes := range p.Containers {
+			for resource, ids := range byRes {
+				for _, id := range ids {
+					held[deviceKey(resource, id)] = true
+				}
+			}
+		}
+	}
+	return held
+}
+
 func containsAll(held, ids []string) bool {
 	for _, id := range ids {
 		if !slices.Contains(held, id) {
@@ -68,6 +89,14 @@ func containsAll(held, ids []string) bool {
 		}
 	}
 	return true
+}
+
+// Holder is a pod as the agent recorded it, for [Watcher.Gone].
+type Holder struct {
+	Namespace string
+	Name      string
+	UID       string              // "" where it was never known
+	Devices   map[string][]string // resource → device IDs it held
 }
 
 // Lister lists pod resources; the kubelet's PodResources client is one.
@@ -92,6 +121,21 @@ func DialKubelet(socket string) (podresourcesv1.PodResourcesListerClient, io.Clo
 	return podresourcesv1.NewPodResourcesListerClient(conn), conn, nil
 }
 
+// Defaults of Config.
+const (
+	DefaultPollInterval    = time.Second
+	DefaultListTimeout     = 2 * time.Second
+	DefaultMinListInterval = 50 * time.Millisecond
+)
+
+// DefaultRetry retries a List the kubelet refused for its rate limit
+// (ResourceExhausted): the bucket refills a token every 10 ms.
+var DefaultRetry = backoff.Policy{Initial: 20 * time.Millisecond, Max: time.Second, Factor: 2, Jitter: 0.5, Attempts: 40}
+
+// DefaultNudgeBackoff spaces the nudges of one resource while its
+// checkpoint keeps lagging the List.
+var DefaultNudgeBackoff = backoff.Policy{Initial: 250 * time.Millisecond, Max: 30 * time.Second, Factor: 2}
+
 // Config configures a [Watcher].
 type Config struct {
 	// Lister is the kubelet's PodResources client.
@@ -99,48 +143,119 @@ type Config struct {
 	// Resources are the resource names whose devices are watched.
 	Resources []string
 	// PluginDir is the kubelet's device-plugins directory, where the
-	// device manager's checkpoint lives. Empty: no fsnotify trigger and
-	// no UIDs.
+	// device manager's checkpoint lives. Empty: no checkpoint, so no pod
+	// is ever taken for gone, and no UIDs.
 	PluginDir string
-	// PollInterval is how often PodResources is listed. Default 2 s.
+	// PollInterval is how often PodResources is listed. Default 1 s.
 	PollInterval time.Duration
 	// ListTimeout bounds one List call, including the wait for a broken
 	// connection to the kubelet to be re-made. Default 2 s.
 	ListTimeout time.Duration
+	// MinListInterval spaces the Lists this watcher sends; the kubelet
+	// allows 100 a second (burst 10) to every client of the node
+	// together. Default 50 ms: at most 20 a second.
+	MinListInterval time.Duration
+	// Retry retries a List refused with ResourceExhausted, within the
+	// caller's context; the zero Policy means DefaultRetry.
+	Retry backoff.Policy
+	// Nudge, if set, makes the kubelet rewrite its device checkpoint for
+	// a resource: the device plugin sends its unchanged device list again.
+	// It must not block.
+	Nudge func(resource string)
+	// NudgeBackoff spaces the nudges of one resource while its checkpoint
+	// lags; the zero Policy means DefaultNudgeBackoff.
+	NudgeBackoff backoff.Policy
 	// Logger, nil to discard.
 	Logger *slog.Logger
 	// Ticks replaces the poll timer in tests.
 	Ticks <-chan time.Time
+	// Events replaces the watch of PluginDir in tests.
+	Events <-chan fsnotify.Event
+	// Now replaces the clock of the nudge pacing in tests.
+	Now func() time.Time
 }
 
-// Watcher keeps the latest [Snapshot] and announces changes.
-// Its methods are safe for concurrent use.
+// Watcher keeps the latest [Snapshot] and the kubelet's device checkpoint,
+// and tells when a pod is gone. Its methods are safe for concurrent use.
 type Watcher struct {
 	cfg     Config
+	path    string // the kubelet checkpoint; "" for none
 	changes chan struct{}
+	nudges  *nudger
+
+	// clock orders checkpoint reads and List starts: a List whose seq is
+	// above a read's tick began after that read.
+	clock atomic.Uint64
 
 	mu     sync.Mutex
 	latest *Snapshot
-	listMu sync.Mutex // one List at a time
+	listed bool // a List has succeeded
+
+	ckMu      sync.Mutex // one checkpoint read at a time, so the kept one is the newest
+	ck        atomic.Pointer[Checkpoint]
+	lastKnown *Checkpoint // guarded by ckMu
+	ckFailing bool        // guarded by ckMu
+
+	flightMu sync.Mutex
+	running  *flight
+
+	paceMu   sync.Mutex
+	lastList time.Time
+
+	onWait func() // tests: a caller waits for a running List
 }
 
 // New returns a Watcher; [Watcher.Run] drives it.
 func New(cfg Config) *Watcher {
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 2 * time.Second
+	cfg.PollInterval = cmpOr(cfg.PollInterval, DefaultPollInterval)
+	cfg.ListTimeout = cmpOr(cfg.ListTimeout, DefaultListTimeout)
+	cfg.MinListInterval = cmpOr(cfg.MinListInterval, DefaultMinListInterval)
+	if isZeroPolicy(cfg.Retry) {
+		cfg.Retry = DefaultRetry
 	}
-	if cfg.ListTimeout <= 0 {
-		cfg.ListTimeout = 2 * time.Second
+	if isZeroPolicy(cfg.NudgeBackoff) {
+		cfg.NudgeBackoff = DefaultNudgeBackoff
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{cfg: cfg, changes: make(chan struct{}, 1), latest: &Snapshot{Pods: map[string]*Pod{}}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	w := &Watcher{cfg: cfg, changes: make(chan struct{}, 1), latest: &Snapshot{Pods: map[string]*Pod{}}}
+	if cfg.PluginDir != "" {
+		w.path = filepath.Join(cfg.PluginDir, KubeletCheckpointName)
+	}
+	w.ck.Store(unknownCheckpoint)
+	w.lastKnown = &Checkpoint{known: true}
+	w.nudges = &nudger{fn: cfg.Nudge, policy: cfg.NudgeBackoff, now: cfg.Now, state: map[string]*nudgeState{}}
+	return w
 }
 
-// Changes receives a value whenever the snapshot changed; changes that
-// come faster than they are read coalesce into one.
+// isZeroPolicy reports whether p was left out.
+func isZeroPolicy(p backoff.Policy) bool {
+	return p.Initial == 0 && p.Max == 0 && p.Factor == 0 && p.Jitter == 0 && p.Attempts == 0 && p.Wait == nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Changes receives a value whenever the snapshot or what the checkpoint
+// names changed; changes that come faster than they are read coalesce
+// into one.
 func (w *Watcher) Changes() <-chan struct{} { return w.changes }
+
+func (w *Watcher) announce() {
+	select {
+	case w.changes <- struct{}{}:
+	default:
+	}
+}
 
 // Latest returns the last snapshot listed. It must not be modified.
 func (w *Watcher) Latest() *Snapshot {
@@ -149,176 +264,192 @@ func (w *Watcher) Latest() *Snapshot {
 	return w.latest
 }
 
-// Refresh lists now and returns the new snapshot, announcing a change if
-// there was one.
+// Checkpoint returns the kubelet's device checkpoint as last read.
+func (w *Watcher) Checkpoint() *Checkpoint { return w.ck.Load() }
+
+// Refresh returns the snapshot of a List that began after Refresh was
+// called: the one it starts, or, while another List runs, the next one,
+// shared by every caller that waits for it.
 func (w *Watcher) Refresh(ctx context.Context) (*Snapshot, error) {
-	w.listMu.Lock()
-	defer w.listMu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
-	defer cancel()
-	// Wait, within ListTimeout, for a connection the kubelet's restart
-	// broke, rather than fail at once while it is being re-made.
-	resp, err := w.cfg.Lister.List(ctx, &podresourcesv1.ListPodResourcesRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return nil, fmt.Errorf("list pod resources: %w", err)
-	}
-	var uids map[string]string
-	if w.cfg.PluginDir != "" {
-		uids, err = readKubeletCheckpoint(filepath.Join(w.cfg.PluginDir, KubeletCheckpointName))
-		if err != nil {
-			w.cfg.Logger.Debug("kubelet checkpoint unreadable; pod UIDs unknown", "err", err)
-		}
-	}
-	snap := buildSnapshot(resp, w.cfg.Resources, uids)
-	w.mu.Lock()
-	changed := !snapshotsEqual(w.latest, snap)
-	w.latest = snap
-	w.mu.Unlock()
-	if changed {
-		select {
-		case w.changes <- struct{}{}:
-		default:
-		}
-	}
-	return snap, nil
+	return w.list(ctx, w.clock.Load()+1)
 }
 
-// Run lists at every poll tick and on every change of the kubelet's
-// checkpoint, until ctx ends. List errors are logged, not fatal: the
-// kubelet restarts.
-func (w *Watcher) Run(ctx context.Context) error {
-	var events <-chan fsnotify.Event
-	if w.cfg.PluginDir != "" {
-		fw, err := fsnotify.NewWatcher()
-		if err == nil {
-			err = fw.Add(w.cfg.PluginDir)
+// Gone reports whether the kubelet no longer holds h's devices: the last
+// successful List does not name it, and neither does its device
+// checkpoint. Before any List has succeeded, or while the checkpoint
+// cannot be read, nothing is gone: an empty, short or failed read proves
+// nothing.
+func (w *Watcher) Gone(h Holder) bool {
+	w.mu.Lock()
+	snap, listed := w.latest, w.listed
+	w.mu.Unlock()
+	ck := w.ck.Load()
+	return listed && ck.known && !snap.names(h) && !ck.names(h)
+}
+
+// Find returns the pod and container holding ids of resource, for
+// PreStartContainer. The kubelet writes its checkpoint at Allocate, before
+// PreStart, so the checkpoint tells the pod UID and container; when the
+// last List began after that and names a pod of that UID holding ids,
+// that pod is the answer without a List. Otherwise Find waits for a List
+// that began after the checkpoint named them (or after Find was called,
+// where it does not): a device freed by a pod that just exited goes to
+// the next pod at once, so an older List can name the previous holder.
+func (w *Watcher) Find(ctx context.Context, resource string, ids []string) (*Pod, string, error) {
+	ck := w.readCheckpoint()
+	min := w.clock.Load() + 1
+	if a, ok := ck.Holder(resource, ids); ok {
+		if snap := w.Latest(); snap.seq > a.seen {
+			if p, c, ok := snap.Find(resource, ids); ok && p.UID == a.PodUID && c == a.Container {
+				return p, c, nil
+			}
 		}
-		if err != nil {
-			w.cfg.Logger.Warn("cannot watch the kubelet checkpoint; polling only", "dir", w.cfg.PluginDir, "err", err)
-		} else {
-			defer fw.Close()
-			events = fw.Events
-		}
+		min = a.seen + 1
 	}
+	snap, err := w.list(ctx, min)
+	if err != nil {
+		return nil, "", fmt.Errorf("find the pod of devices %v: %w", ids, err)
+	}
+	if p, c, ok := snap.Find(resource, ids); ok {
+		return p, c, nil
+	}
+	return nil, "", fmt.Errorf("no pod holds devices %v according to the kubelet's PodResources", ids)
+}
+
+// Run lists at every poll tick, re-reads the kubelet's checkpoint whenever
+// it changes, and lists then only when the checkpoint names an allocation
+// made after the last List began, until ctx ends. List errors are logged,
+// not fatal: the kubelet restarts.
+func (w *Watcher) Run(ctx context.Context) error {
+	events, errs, stop := w.watchDir()
+	defer stop()
 	ticks := w.cfg.Ticks
 	if ticks == nil {
 		t := time.NewTicker(w.cfg.PollInterval)
 		defer t.Stop()
 		ticks = t.C
 	}
-	failing := false
-	list := func() {
-		if _, err := w.Refresh(ctx); err != nil {
-			if !failing && ctx.Err() == nil {
-				w.cfg.Logger.Warn("pod resources unavailable; retrying at the poll interval", "err", err)
-			}
-			failing = true
-			return
-		}
-		if failing {
-			w.cfg.Logger.Info("pod resources available again")
-		}
-		failing = false
-	}
-	list()
+	var p poller
+	p.poll(ctx, w)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-ticks:
-			list()
+			p.poll(ctx, w)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
 			if filepath.Base(ev.Name) == KubeletCheckpointName {
-				list()
+				w.checkpointChanged(ctx)
 			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			// A lost event may have been the checkpoint's.
+			w.cfg.Logger.Warn("watching the kubelet checkpoint", "err", err)
+			w.checkpointChanged(ctx)
 		}
 	}
 }
 
-func buildSnapshot(resp *podresourcesv1.ListPodResourcesResponse, resources []string, uids map[string]string) *Snapshot {
-	snap := &Snapshot{Pods: map[string]*Pod{}}
-	for _, pr := range resp.GetPodResources() {
-		pod := &Pod{Namespace: pr.GetNamespace(), Name: pr.GetName(), Containers: map[string]map[string][]string{}}
-		for _, c := range pr.GetContainers() {
-			for _, d := range c.GetDevices() {
-				if !slices.Contains(resources, d.GetResourceName()) || len(d.GetDeviceIds()) == 0 {
-					continue
-				}
-				byRes := pod.Containers[c.GetName()]
-				if byRes == nil {
-					byRes = map[string][]string{}
-					pod.Containers[c.GetName()] = byRes
-				}
-				byRes[d.GetResourceName()] = append(byRes[d.GetResourceName()], d.GetDeviceIds()...)
-				for _, id := range d.GetDeviceIds() {
-					if uid := uids[d.GetResourceName()+"\x00"+id]; uid != "" {
-						pod.UID = uid
-					}
-				}
-			}
-		}
-		if len(pod.Containers) == 0 {
-			continue // holds none of our devices, or terminated (older kubelets)
-		}
-		for _, byRes := range pod.Containers {
-			for r := range byRes {
-				slices.Sort(byRes[r])
-				byRes[r] = slices.Compact(byRes[r])
-			}
-		}
-		snap.Pods[pod.Key()] = pod
+// watchDir watches the device-plugins directory for writes of the
+// checkpoint; without it the poll alone re-reads the checkpoint.
+func (w *Watcher) watchDir() (<-chan fsnotify.Event, <-chan error, func()) {
+	if w.cfg.Events != nil {
+		return w.cfg.Events, nil, func() {}
 	}
-	return snap
-}
-
-func snapshotsEqual(a, b *Snapshot) bool {
-	return maps.EqualFunc(a.Pods, b.Pods, func(x, y *Pod) bool {
-		return x.UID == y.UID && maps.EqualFunc(x.Containers, y.Containers, func(p, q map[string][]string) bool {
-			return maps.EqualFunc(p, q, slices.Equal)
-		})
-	})
-}
-
-// kubeletCheckpoint is the part of the device manager's checkpoint that
-// the agent reads: which pod holds which device.
-type kubeletCheckpoint struct {
-	Data struct {
-		PodDeviceEntries []struct {
-			PodUID       string
-			ResourceName string
-			DeviceIDs    map[string][]string // by NUMA node
+	if w.cfg.PluginDir == "" {
+		return nil, nil, func() {}
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = fw.Add(w.cfg.PluginDir); err != nil {
+			_ = fw.Close()
 		}
 	}
-}
-
-// readKubeletCheckpoint maps resource+"\x00"+device ID to pod UID.
-func readKubeletCheckpoint(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		w.cfg.Logger.Warn("cannot watch the kubelet checkpoint; polling only", "dir", w.cfg.PluginDir, "err", err)
+		return nil, nil, func() {}
 	}
-	return parseKubeletCheckpoint(b)
+	return fw.Events, fw.Errors, func() { _ = fw.Close() }
 }
 
-func parseKubeletCheckpoint(b []byte) (map[string]string, error) {
-	var cp kubeletCheckpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, fmt.Errorf("kubelet checkpoint: %w", err)
-	}
-	uids := map[string]string{}
-	for _, e := range cp.Data.PodDeviceEntries {
-		if e.PodUID == "" {
-			return nil, errors.New("kubelet checkpoint: entry without pod UID")
+// poller logs when PodResources becomes unavailable and available again.
+type poller struct{ failing bool }
+
+func (p *poller) poll(ctx context.Context, w *Watcher) {
+	// Any List that began after the last one serves.
+	_, err := w.list(ctx, w.Latest().seq+1)
+	switch {
+	case err != nil:
+		if !p.failing && ctx.Err() == nil {
+			w.cfg.Logger.Warn("pod resources unavailable; retrying at the poll interval", "err", err)
 		}
-		for _, ids := range e.DeviceIDs {
-			for _, id := range ids {
-				uids[e.ResourceName+"\x00"+id] = e.PodUID
+		p.failing = true
+	case p.failing:
+		w.cfg.Logger.Info("pod resources available again")
+		p.failing = false
+	}
+}
+
+// checkpointChanged re-reads the checkpoint, which costs no List, and
+// lists only when it names an allocation first read after the last List
+// began: the pod that will ask PreStart for it is then already listed. A
+// burst of writes costs one List at most.
+func (w *Watcher) checkpointChanged(ctx context.Context) {
+	ck := w.readCheckpoint()
+	newest := ck.newest()
+	if newest <= w.Latest().seq {
+		return
+	}
+	if _, err := w.list(ctx, newest+1); err != nil && ctx.Err() == nil {
+		w.cfg.Logger.Debug("list after a kubelet checkpoint change", "err", err)
+	}
+}
+
+// readCheckpoint reads the kubelet's device checkpoint, keeps it as the
+// latest and announces a change of what it names. A file that cannot be
+// read or parsed gives an unknown checkpoint, which proves nothing.
+func (w *Watcher) readCheckpoint() *Checkpoint {
+	w.ckMu.Lock()
+	defer w.ckMu.Unlock()
+	prev := w.ck.Load()
+	ck := unknownCheckpoint
+	if w.path != "" {
+		c, err := readKubeletCheckpoint(w.path, w.cfg.Resources)
+		switch {
+		case err == nil:
+			ck = c
+			if w.ckFailing {
+				w.cfg.Logger.Info("kubelet checkpoint readable again")
 			}
+			w.ckFailing = false
+		case !w.ckFailing:
+			w.cfg.Logger.Warn("kubelet checkpoint unreadable; no pod is taken for gone until it is read", "err", err)
+			w.ckFailing = true
 		}
 	}
-	return uids, nil
+	// Ticked after the read: a List with a higher seq began after it.
+	tick := w.clock.Add(1)
+	if ck.known {
+		for key, a := range ck.devices {
+			if old, ok := w.lastKnown.devices[key]; ok && old.PodUID == a.PodUID && old.Container == a.Container {
+				a.seen = old.seen
+			} else {
+				a.seen = tick
+			}
+			ck.devices[key] = a
+		}
+		w.lastKnown = ck
+	}
+	w.ck.Store(ck)
+	if !ck.sameAs(prev) {
+		w.announce()
+	}
+	return ck
 }

@@ -61,7 +61,8 @@ func TestBuildSnapshot(t *testing.T) {
 		podRes("ns", "gpu-only", ctr("main", dev("nvidia.com/gpu", "gpu1"))),
 		podRes("other", "b", ctr("c1", dev(cxi, "nic2"))),
 	}}
-	snap := buildSnapshot(resp, []string{cxi}, map[string]string{cxi + "\x00nic0": "uid-a"})
+	ck := &Checkpoint{known: true, devices: map[string]Allocation{deviceKey(cxi, "nic0"): {PodUID: "uid-a", Container: "main"}}}
+	snap := buildSnapshot(resp, []string{cxi}, ck)
 	if len(snap.Pods) != 2 {
 		t.Fatalf("pods = %v, want ns/a and other/b", snap.Pods)
 	}
@@ -86,15 +87,19 @@ func TestBuildSnapshot(t *testing.T) {
 func TestParseKubeletCheckpoint(t *testing.T) {
 	// The shape the kubelet's device manager writes (checkpoint v2).
 	data := []byte(`{"Data":{"PodDeviceEntries":[{"PodUID":"u1","ContainerName":"main","ResourceName":"hpe.com/cxi","DeviceIDs":{"0":["nic0"],"1":["nic1"]},"AllocResp":"CgA="}],"RegisteredDevices":{"hpe.com/cxi":["nic0","nic1"]}},"Checksum":1234}`)
-	uids, err := parseKubeletCheckpoint(data)
+	ck, err := parseKubeletCheckpoint(data, []string{cxi})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uids[cxi+"\x00nic0"] != "u1" || uids[cxi+"\x00nic1"] != "u1" || len(uids) != 2 {
-		t.Fatalf("uids = %v", uids)
+	if a, ok := ck.Holder(cxi, []string{"nic1", "nic0"}); !ok || a.PodUID != "u1" || a.Container != "main" || len(ck.devices) != 2 {
+		t.Fatalf("checkpoint = %+v", ck)
 	}
-	if _, err := parseKubeletCheckpoint([]byte(`{"Data":{"PodDeviceEntries":[{"ResourceName":"x"}]}}`)); err == nil {
+	if _, err := parseKubeletCheckpoint([]byte(`{"Data":{"PodDeviceEntries":[{"ResourceName":"x"}]}}`), []string{cxi}); err == nil {
 		t.Fatal("entry without UID accepted")
+	}
+	other, err := parseKubeletCheckpoint(data, []string{"nvidia.com/gpu"})
+	if err != nil || len(other.devices) != 0 || other.names(Holder{UID: "u1"}) {
+		t.Fatalf("a checkpoint read for another resource names %+v (%v)", other, err)
 	}
 }
 
@@ -188,13 +193,24 @@ func TestWatcherListsOnKubeletCheckpointChange(t *testing.T) {
 	if err := os.Rename(tmp, filepath.Join(dir, KubeletCheckpointName)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-w.Changes():
-	case <-time.After(10 * time.Second):
-		t.Fatal("checkpoint change did not trigger a list")
-	}
-	if p := w.Latest().Pods["ns/a"]; p == nil || p.UID != "u1" {
-		t.Fatalf("latest = %+v, want ns/a with UID u1", p)
+	// The checkpoint names an allocation the last List could not know: it
+	// is read at once (a change), and one List follows (another).
+	waitFor(t, w, "ns/a listed with UID u1", func() bool {
+		p := w.Latest().Pods["ns/a"]
+		return p != nil && p.UID == "u1"
+	})
+}
+
+// waitFor waits, change by change, until cond holds.
+func waitFor(t *testing.T, w *Watcher, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-w.Changes():
+		case <-timeout:
+			t.Fatalf("%s: not reached", what)
+		}
 	}
 }
 
@@ -212,9 +228,9 @@ func FuzzParseKubeletCheckpoint(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		uids, err := parseKubeletCheckpoint(b)
-		if err == nil && uids == nil {
-			t.Fatal("nil map without error")
+		ck, err := parseKubeletCheckpoint(b, []string{"r"})
+		if err == nil && (ck == nil || !ck.known || ck.devices == nil) {
+			t.Fatal("no checkpoint without error")
 		}
 	})
 }

@@ -1,0 +1,208 @@
+package podwatch
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
+
+// flight is one PodResources List and the callers that share it.
+type flight struct {
+	seq  uint64 // the watcher's clock when it began
+	done chan struct{}
+	// Set before done is closed.
+	snap *Snapshot
+	err  error
+	// abandoned: the caller that ran it gave up (its context ended), which
+	// tells the others nothing; they list again.
+	abandoned bool
+}
+
+// list returns the snapshot of a List that began at clock min or later.
+// One List runs at a time: a caller that finds one running that began
+// late enough shares its result; otherwise it waits for it to end and
+// then starts the next List, or shares it with whoever started it first.
+// The caller that starts a List runs it on its own context.
+func (w *Watcher) list(ctx context.Context, min uint64) (*Snapshot, error) {
+	for {
+		w.flightMu.Lock()
+		f := w.running
+		if f == nil {
+			f = w.startLocked()
+			w.flightMu.Unlock()
+			w.fly(ctx, f)
+			return f.snap, f.err
+		}
+		w.flightMu.Unlock()
+		if w.onWait != nil {
+			w.onWait()
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list pod resources: %w", ctx.Err())
+		}
+		if f.seq >= min && !f.abandoned {
+			return f.snap, f.err
+		}
+	}
+}
+
+// startLocked begins a flight. The checkpoint read first marks every
+// allocation written before this List as seen before it.
+func (w *Watcher) startLocked() *flight {
+	w.readCheckpoint()
+	f := &flight{seq: w.clock.Add(1), done: make(chan struct{})}
+	w.running = f
+	return f
+}
+
+func (w *Watcher) fly(ctx context.Context, f *flight) {
+	snap, err := w.listOnce(ctx, f.seq)
+	w.flightMu.Lock()
+	f.snap, f.err = snap, err
+	f.abandoned = err != nil && ctx.Err() != nil
+	w.running = nil
+	close(f.done)
+	w.flightMu.Unlock()
+}
+
+// listOnce lists, reads the checkpoint for the pods' UIDs, keeps the
+// snapshot, and nudges the kubelet where its checkpoint lags the List.
+func (w *Watcher) listOnce(ctx context.Context, seq uint64) (*Snapshot, error) {
+	resp, err := w.call(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ck := w.readCheckpoint()
+	snap := buildSnapshot(resp, w.cfg.Resources, ck)
+	snap.seq = seq
+	w.mu.Lock()
+	changed := !snapshotsEqual(w.latest, snap)
+	if seq > w.latest.seq {
+		w.latest = snap
+	}
+	w.listed = true
+	w.mu.Unlock()
+	if changed {
+		w.announce()
+	}
+	w.nudgeLagging(snap, ck)
+	return snap, nil
+}
+
+// call sends one List, spaced from the last by MinListInterval, and
+// retries it with backoff while the kubelet refuses it for its rate limit.
+// Other errors are returned at once.
+func (w *Watcher) call(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
+	var resp *podresourcesv1.ListPodResourcesResponse
+	err := w.cfg.Retry.Do(ctx, func(ctx context.Context) error {
+		if err := w.pace(ctx); err != nil {
+			return err
+		}
+		lctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
+		defer cancel()
+		// Wait, within ListTimeout, for a connection the kubelet's restart
+		// broke, rather than fail at once while it is being re-made.
+		r, err := w.cfg.Lister.List(lctx, &podresourcesv1.ListPodResourcesRequest{}, grpc.WaitForReady(true))
+		switch {
+		case err == nil:
+			resp = r
+			return nil
+		case status.Code(err) == codes.ResourceExhausted:
+			return err
+		default:
+			return backoff.Permanent(err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pod resources: %w", err)
+	}
+	return resp, nil
+}
+
+// pace waits until MinListInterval has passed since the last List began.
+func (w *Watcher) pace(ctx context.Context) error {
+	w.paceMu.Lock()
+	defer w.paceMu.Unlock()
+	if err := backoff.Sleep(ctx, time.Until(w.lastList.Add(w.cfg.MinListInterval))); err != nil {
+		return err
+	}
+	w.lastList = time.Now()
+	return nil
+}
+
+// nudgeLagging nudges the kubelet for every resource whose checkpoint
+// names a device, read before this List began, that the List no longer
+// shows held: the kubelet freed it in memory (every List does that for
+// pods no longer active) and rewrites the file only when it next writes.
+func (w *Watcher) nudgeLagging(snap *Snapshot, ck *Checkpoint) {
+	if w.cfg.Nudge == nil || !ck.known {
+		return
+	}
+	held := snap.held()
+	lagging := map[string]bool{}
+	for key, a := range ck.devices {
+		if a.seen < snap.seq && !held[key] {
+			resource, _, _ := strings.Cut(key, "\x00")
+			lagging[resource] = true
+		}
+	}
+	for _, r := range w.cfg.Resources {
+		w.nudges.check(r, lagging[r])
+	}
+}
+
+func buildSnapshot(resp *podresourcesv1.ListPodResourcesResponse, resources []string, ck *Checkpoint) *Snapshot {
+	snap := &Snapshot{Pods: map[string]*Pod{}}
+	for _, pr := range resp.GetPodResources() {
+		pod := &Pod{Namespace: pr.GetNamespace(), Name: pr.GetName(), Containers: map[string]map[string][]string{}}
+		for _, c := range pr.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if !slices.Contains(resources, d.GetResourceName()) || len(d.GetDeviceIds()) == 0 {
+					continue
+				}
+				byRes := pod.Containers[c.GetName()]
+				if byRes == nil {
+					byRes = map[string][]string{}
+					pod.Containers[c.GetName()] = byRes
+				}
+				byRes[d.GetResourceName()] = append(byRes[d.GetResourceName()], d.GetDeviceIds()...)
+				for _, id := range d.GetDeviceIds() {
+					if a, ok := ck.devices[deviceKey(d.GetResourceName(), id)]; ok {
+						pod.UID = a.PodUID
+					}
+				}
+			}
+		}
+		if len(pod.Containers) == 0 {
+			continue // holds none of our devices, or terminated (older kubelets)
+		}
+		for _, byRes := range pod.Containers {
+			for r := range byRes {
+				slices.Sort(byRes[r])
+				byRes[r] = slices.Compact(byRes[r])
+			}
+		}
+		snap.Pods[pod.Key()] = pod
+	}
+	return snap
+}
+
+func snapshotsEqual(a, b *Snapshot) bool {
+	return maps.EqualFunc(a.Pods, b.Pods, func(x, y *Pod) bool {
+		return x.UID == y.UID && maps.EqualFunc(x.Containers, y.Containers, func(p, q map[string][]string) bool {
+			return maps.EqualFunc(p, q, slices.Equal)
+		})
+	})
+}
