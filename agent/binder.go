@@ -104,6 +104,10 @@ type binder struct {
 	pol      policy
 
 	podLocks keyedMutex // one bind or cleanup per pod at a time
+	// allocLocks orders the writes and removals of one allocation's files
+	// (by cdispec.AllocationKey), which pods holding the same devices one
+	// after the other share.
+	allocLocks keyedMutex
 
 	mu      sync.Mutex // guards state and gen
 	state   *checkpoint.State
@@ -393,6 +397,8 @@ const EnvFileName = "slingshot.env"
 // them: the per-allocation env file and the CDI spec.
 func (b *binder) publish(ids []string, entry *checkpoint.Pod, nics []*nic) error {
 	key := cdispec.AllocationKey(ids)
+	unlock := b.allocLocks.Lock(key)
+	defer unlock()
 	b.mu.Lock()
 	env := b.envFor(entry, nics)
 	b.mu.Unlock()

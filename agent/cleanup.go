@@ -127,14 +127,7 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		b.mu.Unlock()
 	}
 	for _, k := range allocKeys {
-		if err := os.RemoveAll(filepath.Join(b.allocDir, k)); err != nil {
-			b.logger.Warn("remove per-container directory", "err", err)
-		}
-		if b.cdi != nil {
-			if err := b.cdi.Remove(k); err != nil {
-				b.logger.Warn("remove CDI spec", "err", err)
-			}
-		}
+		b.removeAllocation(key, k)
 	}
 
 	b.mu.Lock()
@@ -164,6 +157,36 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 	b.metrics.cleanupLatency.Observe(b.now().Sub(exited).Seconds())
 	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(services))
 	return true
+}
+
+// removeAllocation removes an allocation's per-container directory and
+// CDI spec for the gone pod podKey, unless another recorded pod holds the
+// same devices: the kubelet hands a freed device to the next pod at once,
+// and these files are named by the devices, so they may be that pod's by
+// now. A PreStart records the devices before it publishes, under the same
+// allocation lock.
+func (b *binder) removeAllocation(podKey, allocKey string) {
+	unlock := b.allocLocks.Lock(allocKey)
+	defer unlock()
+	b.mu.Lock()
+	inUse := false
+	for key, p := range b.state.Pods {
+		for _, ids := range p.DeviceIDs {
+			inUse = inUse || key != podKey && cdispec.AllocationKey(ids) == allocKey
+		}
+	}
+	b.mu.Unlock()
+	if inUse {
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(b.allocDir, allocKey)); err != nil {
+		b.logger.Warn("remove per-container directory", "err", err)
+	}
+	if b.cdi != nil {
+		if err := b.cdi.Remove(allocKey); err != nil {
+			b.logger.Warn("remove CDI spec", "err", err)
+		}
+	}
 }
 
 // destroy destroys one recorded service; a service that is already gone

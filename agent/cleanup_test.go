@@ -2,8 +2,11 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -222,5 +225,36 @@ func TestReconcileKeepsPodsTheKubeletHolds(t *testing.T) {
 				t.Fatalf("%d services left, want %d", n, 2-tt.wantClean)
 			}
 		})
+	}
+}
+
+// The kubelet hands a freed device to the next pod at once, and the
+// per-container directory and CDI spec are named by the devices: the gone
+// pod's cleanup must leave what the next pod's PreStart published there.
+// (The old cleanup removed them: the next pod's container found an empty
+// directory, a restart of it no CDI spec, and a PreStart racing the
+// cleanup failed to rename its env file.)
+func TestCleanupLeavesTheNextHoldersFiles(t *testing.T) {
+	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
+	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	r.pods.set(pod("ns", "b", "uid-b", "main", dev0)) // a exited; b got its device
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	r.b.sweep(t.Context(), &wg)
+	wg.Wait()
+	if r.b.state.Pods["ns/a"] != nil || r.b.state.Pods["ns/b"] == nil {
+		t.Fatalf("records %v, want only ns/b", r.b.state.PodKeys())
+	}
+	svc := r.b.state.Pods["ns/b"].Services[0].ID
+	if env := r.envFile(t, dev0); !strings.Contains(env, fmt.Sprintf("SLINGSHOT_SVC_IDS=%d\n", svc)) {
+		t.Fatalf("env file does not name pod b's service %d:\n%s", svc, env)
+	}
+	if specs, _ := os.ReadDir(filepath.Join(r.dir, "cdi")); len(specs) != 1 {
+		t.Fatalf("%d CDI specs, want pod b's", len(specs))
 	}
 }
