@@ -1,0 +1,343 @@
+// Package cluster sets up the project on a real node for its end-to-end
+// tests and for demo-node: it builds the static binaries and their images,
+// writes a mock sysfs tree whose /dev/cxiN are real character devices,
+// starts the node (package node), imports the images into its containerd
+// and installs the Helm chart with the development values that let the
+// agent run the simulated driver there.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/images"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/install"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/node"
+	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
+)
+
+// Image references the chart and the tests use; pulled never.
+const (
+	Registry      = "ghcr.io/slingshot-k8s"
+	Tag           = "e2e"
+	WorkloadImage = "localhost/slingshot-e2e/workload:1"
+	Namespace     = "slingshot-system"
+	ReleaseName   = "slingshot"
+	Resource      = "hpe.com/cxi"
+	AgentPort     = 9479
+	GRPCPort      = 9440
+	// cxiMajor is the character-device major of the mock /dev/cxiN, the
+	// one the mock sysfs tree's cxi_user class names.
+	cxiMajor = 508
+)
+
+// Options configure [Setup].
+type Options struct {
+	// Root is the node's root directory (node.Inside).
+	Root string
+	// RepoDir is the project's checkout; default: found above the working
+	// directory.
+	RepoDir string
+	// BinDir holds the node's programs (make real-node-bin); default
+	// $REAL_NODE_BIN, else hack/real-node/bin of RepoDir.
+	BinDir string
+	// NICs on the mock node (default 2) and device-plugin shares of each
+	// (default 16, so that a burst of 30 one-NIC pods fits).
+	NICs, SharesPerNIC int
+	// Values are merged over the chart values Setup sets.
+	Values map[string]any
+	Logf   func(format string, args ...any)
+}
+
+// Env is the running node with the project installed.
+type Env struct {
+	Node    *node.Node
+	Release *install.Release
+	Machine *mocksysfs.Truth
+	// AgentURL is the agent's HTTP endpoint (host network, node address);
+	// ControllerAddr the controller's gRPC address.
+	AgentURL, ControllerAddr string
+	// Capacity is the node's hpe.com/cxi allocatable.
+	Capacity int
+	opts     Options
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Logf != nil {
+		o.Logf(format, args...)
+	}
+}
+
+// Build builds the static binaries the images are made of into
+// root/bin: the agent and the controller from the project, the sandbox's
+// pause and the test workload from this module. It needs the module proxy
+// (or a warm module cache), so it runs before the node's namespaces, which
+// have no network.
+func Build(ctx context.Context, o Options) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	bin := filepath.Join(o.Root, "bin")
+	start := time.Now()
+	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller"); err != nil {
+		return err
+	}
+	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
+		return err
+	}
+	o.logf("cluster: binaries built in %s", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Setup does everything in the package comment but [Build] and waits until the
+// controller and the agent are ready and the node advertises the NICs.
+// On error, what was started is returned for Stop, or nil.
+func Setup(ctx context.Context, o Options) (*Env, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	binOut := filepath.Join(o.Root, "bin")
+	machine, err := writeMachine(filepath.Join(o.Root, "machine"), o.NICs)
+	if err != nil {
+		return nil, fmt.Errorf("mock machine: %w", err)
+	}
+	n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, Logf: o.Logf})
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{
+		Node: n, Machine: machine, opts: o,
+		AgentURL:       fmt.Sprintf("http://%s:%d", n.IP, AgentPort),
+		ControllerAddr: fmt.Sprintf("%s:%d", n.IP, GRPCPort),
+		Capacity:       o.NICs * o.SharesPerNIC,
+	}
+	start := time.Now()
+	if err := e.importImages(ctx, binOut); err != nil {
+		return e, err
+	}
+	o.logf("cluster: images imported in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	e.Release = &install.Release{
+		Kubeconfig: n.Kubeconfig, ChartDir: filepath.Join(o.RepoDir, "deploy/helm/slingshot"),
+		Name: ReleaseName, Namespace: Namespace, Values: e.values(), Timeout: 5 * time.Minute,
+	}
+	if err := e.Release.Install(ctx); err != nil {
+		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
+	}
+	// Helm's wait takes a DaemonSet of one pod with maxUnavailable 1 for
+	// ready when none is: wait for the agent itself.
+	if err := e.WaitDaemonSetReady(ctx, ReleaseName+"-agent"); err != nil {
+		return e, err
+	}
+	if err := e.WaitAllocatable(ctx, e.Capacity); err != nil {
+		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
+	}
+	o.logf("cluster: chart installed, %s=%d allocatable, in %s", Resource, e.Capacity, time.Since(start).Round(time.Millisecond))
+	return e, nil
+}
+
+func (o *Options) defaults() error {
+	if o.Root == "" {
+		return errors.New("cluster: Root is required")
+	}
+	if o.RepoDir == "" {
+		dir, err := findRepo()
+		if err != nil {
+			return err
+		}
+		o.RepoDir = dir
+	}
+	if o.BinDir == "" {
+		o.BinDir = os.Getenv("REAL_NODE_BIN")
+	}
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(o.RepoDir, "hack/real-node/bin")
+	}
+	if o.NICs == 0 {
+		o.NICs = 2
+	}
+	if o.SharesPerNIC == 0 {
+		o.SharesPerNIC = 16
+	}
+	return nil
+}
+
+// findRepo walks up from the working directory to the project's go.mod.
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/slingshot-k8s/slingshot\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cluster: the project's go.mod is not above the working directory; set RepoDir")
+		}
+		dir = parent
+	}
+}
+
+// writeMachine writes a mock node's sysfs tree and turns its /dev/cxiN
+// into character devices: containerd refuses a device spec whose host
+// path is a regular file.
+func writeMachine(dir string, nics int) (*mocksysfs.Truth, error) {
+	truth, err := mocksysfs.Write(dir, mocksysfs.Spec{NICs: nics, NUMANodes: 2, Seed: 7})
+	if err != nil {
+		return nil, err
+	}
+	for _, nic := range truth.NICs {
+		p := filepath.Join(truth.DevRoot, nic.Name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(cxiMajor, uint32(nic.Index)))); err != nil {
+			return nil, fmt.Errorf("mknod %s: %w", p, err)
+		}
+	}
+	return truth, nil
+}
+
+func (e *Env) importImages(ctx context.Context, bin string) error {
+	specs := []images.Spec{
+		{Ref: node.PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
+		{Ref: WorkloadImage, Files: map[string]string{"/workload": filepath.Join(bin, "workload")}, Entrypoint: []string{"/workload"}},
+		// As the Dockerfile makes them: the agent as root, the controller
+		// as the nonroot user.
+		{Ref: Registry + "/slingshot-agent:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-agent": filepath.Join(bin, "slingshot-agent")},
+			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
+		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller")},
+			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
+	}
+	dir := filepath.Join(e.opts.Root, "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i, s := range specs {
+		tarball := filepath.Join(dir, strconv.Itoa(i)+".tar")
+		if err := images.Build(s, tarball); err != nil {
+			return err
+		}
+		if err := e.Node.Ctr(ctx, "images", "import", tarball); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// values are the chart values of the real node: the production defaults
+// but for what a node without Slingshot hardware, a registry, a storage
+// provisioner, a Service proxy or cluster DNS needs (each commented).
+func (e *Env) values() map[string]any {
+	n := e.Node
+	v := map[string]any{
+		// Images imported into containerd, never pulled.
+		"image": map[string]any{"registry": Registry, "tag": Tag, "pullPolicy": "Never"},
+		"agent": map[string]any{
+			// The simulated driver on the mock tree (development values).
+			"cxiDriver": "sim", "privileged": false,
+			"sysfsPath": e.Machine.SysRoot, "devPath": e.Machine.DevRoot,
+			// Every host path under the node's root.
+			"kubeletDir": n.KubeletDir, "cdiDir": n.CDIDir, "stateDir": filepath.Join(e.opts.Root, "agent-state"),
+			// No cluster DNS: the controller on the node's address.
+			"controllerAddress": e.ControllerAddr,
+			// The node's containerd socket is under its root, not at
+			// containerd's default path.
+			"extraArgs": []any{"--cri-socket=" + n.ContainerdSocket},
+			"logLevel":  "debug",
+			"config": map[string]any{
+				"nicResource":    map[string]any{"name": Resource, "sharesPerNIC": e.opts.SharesPerNIC},
+				"trafficClasses": []any{"LOW_LATENCY", "BEST_EFFORT"},
+				"cdi":            map[string]any{"enabled": true},
+			},
+		},
+		"controller": map[string]any{
+			// No storage provisioner: the database on an emptyDir.
+			"persistence": map[string]any{"enabled": false},
+			// No Service proxy: the node's network, and the API server
+			// at the node's address.
+			"hostNetwork": true,
+			"extraEnv": []any{
+				map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": n.IP},
+				map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(node.APIServerPort)},
+			},
+			"quarantine": "30s",
+			"logLevel":   "debug",
+		},
+	}
+	merge(v, e.opts.Values)
+	return v
+}
+
+// merge copies src over dst, recursing into maps.
+func merge(dst, src map[string]any) {
+	for k, sv := range src {
+		if sm, ok := sv.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				merge(dm, sm)
+				continue
+			}
+		}
+		dst[k] = sv
+	}
+}
+
+// WaitAllocatable waits until the node advertises want of the resource.
+func (e *Env) WaitAllocatable(ctx context.Context, want int) error {
+	var got int64
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		nd, err := e.Node.Client.CoreV1().Nodes().Get(ctx, e.Node.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		q := nd.Status.Allocatable[corev1.ResourceName(Resource)]
+		got = q.Value()
+		return got == int64(want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("node allocatable %s = %d, want %d: %w", Resource, got, want, err)
+	}
+	return nil
+}
+
+// WaitDaemonSetReady waits until every pod of the DaemonSet is ready.
+func (e *Env) WaitDaemonSetReady(ctx context.Context, name string) error {
+	var st appsv1.DaemonSetStatus
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := e.Node.Client.AppsV1().DaemonSets(Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		st = ds.Status
+		return st.DesiredNumberScheduled > 0 && st.NumberReady == st.DesiredNumberScheduled && st.UpdatedNumberScheduled == st.DesiredNumberScheduled, nil
+	})
+	if err != nil {
+		return fmt.Errorf("DaemonSet %s ready (%+v): %w\n%s", name, st, err, e.Describe(ctx))
+	}
+	return nil
+}
+
+// KubectlPath is the kubectl built beside the node's components.
+func (e *Env) KubectlPath() string { return filepath.Join(e.opts.BinDir, "kubectl") }
+
+// Stop stops the node's components.
+func (e *Env) Stop() {
+	if e != nil && e.Node != nil {
+		e.Node.Stop()
+	}
+}

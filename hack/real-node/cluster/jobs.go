@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+)
+
+// NewNamespace makes a namespace with a generated name for one test.
+func (e *Env) NewNamespace(ctx context.Context, prefix string) (string, error) {
+	ns, err := e.Node.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	// The namespace's ServiceAccount comes from the controller-manager.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.Node.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	return ns.Name, err
+}
+
+// DeleteNamespace deletes a test's namespace, not waiting for it to go.
+func (e *Env) DeleteNamespace(ctx context.Context, ns string) error {
+	return e.Node.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// Job is a Job of pods that run the workload image, each asking for
+// nics of the NIC resource (0: none), all at once.
+func Job(name string, pods, nics int) *batchv1.Job {
+	limits := corev1.ResourceList{}
+	if nics > 0 {
+		limits[corev1.ResourceName(Resource)] = *resource.NewQuantity(int64(nics), resource.DecimalSI)
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: batchv1.JobSpec{
+			Parallelism:  ptr.To(int32(pods)),
+			Completions:  ptr.To(int32(pods)),
+			BackoffLimit: ptr.To(int32(0)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"e2e-job": name}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To(int64(2)),
+					AutomountServiceAccountToken:  ptr.To(false),
+					Containers: []corev1.Container{{
+						Name: "main", Image: WorkloadImage, ImagePullPolicy: corev1.PullNever,
+						Resources: corev1.ResourceRequirements{Limits: limits},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// RunJob creates job in ns and waits until all its pods run; it returns
+// them.
+func (e *Env) RunJob(ctx context.Context, ns string, job *batchv1.Job) ([]corev1.Pod, error) {
+	if _, err := e.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create job %s/%s: %w", ns, job.Name, err)
+	}
+	return e.WaitRunning(ctx, ns, "e2e-job="+job.Name, int(*job.Spec.Parallelism))
+}
+
+// WaitRunning waits until want pods match selector in ns, all Running
+// with every container started.
+func (e *Env) WaitRunning(ctx context.Context, ns, selector string, want int) ([]corev1.Pod, error) {
+	var pods []corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		if len(pods) != want {
+			return false, nil
+		}
+		for _, p := range pods {
+			if p.Status.Phase != corev1.PodRunning || !allStarted(p) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%d pods %q in %s running: %w\n%s", want, selector, ns, err, e.Describe(ctx))
+	}
+	return pods, nil
+}
+
+func allStarted(p corev1.Pod) bool {
+	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// DeleteJob deletes a Job and lets the garbage collector delete its pods.
+func (e *Env) DeleteJob(ctx context.Context, ns, name string) error {
+	return e.Node.Client.BatchV1().Jobs(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+}
+
+// WaitPodsGone waits until no pod matches selector in ns, and returns when
+// that was first seen.
+func (e *Env) WaitPodsGone(ctx context.Context, ns, selector string) (time.Time, error) {
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		left = len(list.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pods %q in %s gone (%d left): %w", selector, ns, left, err)
+	}
+	return time.Now(), nil
+}
+
+// WaitReplaced waits until the pod with oldUID is gone and one other pod
+// matching selector in ns is Ready, as after a DaemonSet replaced it.
+func (e *Env) WaitReplaced(ctx context.Context, ns, selector string, oldUID types.UID) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		if len(list.Items) != 1 || list.Items[0].UID == oldUID {
+			last = fmt.Sprintf("%d pods", len(list.Items))
+			return false, nil
+		}
+		for _, c := range list.Items[0].Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		last = "new pod not ready"
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %q replaced: %w (%s)\n%s", selector, err, last, e.Describe(ctx))
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+)
+
+// Inspect is the agent's own report: NICs, services (with members and
+// VNIs, as the driver lists them) and pods.
+func (e *Env) Inspect(ctx context.Context) (*inspect.Report, error) {
+	return inspect.Fetch(ctx, e.AgentURL)
+}
+
+// VNIs asks the controller for its leases and quarantine, as an agent
+// would: with a token of the agent's ServiceAccount for the controller's
+// audience.
+func (e *Env) VNIs(ctx context.Context) (*apiv1.ListVNIsResponse, error) {
+	tok, err := e.Node.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ReleaseName+"-agent", &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{Audiences: []string{"slingshot-controller"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("agent token: %w", err)
+	}
+	conn, err := grpc.NewClient(e.ControllerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx = metadataWithToken(ctx, tok.Status.Token)
+	return apiv1.NewControllerClient(conn).ListVNIs(ctx, &apiv1.ListVNIsRequest{})
+}
+
+// Process is one process of a pod's containers, as the node sees it.
+type Process struct {
+	Pid   int
+	Exe   string
+	Netns string // the /proc/<pid>/ns/net link: "net:[4026532500]"
+	Env   map[string]string
+}
+
+// PodProcesses lists the processes in the cgroups of the pod with the
+// given UID (the kubelet's cgroupfs layout: .../pod<uid>/<container>),
+// pause included.
+func PodProcesses(uid string) ([]Process, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	needle := "/pod" + uid + "/"
+	var out []Process
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", ent.Name())
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil || !bytes.Contains(cg, []byte(needle)) {
+			continue
+		}
+		p := Process{Pid: pid, Env: map[string]string{}}
+		p.Exe, _ = os.Readlink(filepath.Join(dir, "exe"))
+		p.Netns, _ = os.Readlink(filepath.Join(dir, "ns", "net"))
+		if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+			for kv := range bytes.SplitSeq(env, []byte{0}) {
+				if k, v, ok := strings.Cut(string(kv), "="); ok {
+					p.Env[k] = v
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
+	return out, nil
+}
+
+// EnvFile reads a KEY=VALUE file in a process's root file system.
+func EnvFile(pid int, path string) (map[string]string, error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "root", path))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// Describe summarises pods and recent events of every namespace, and the
+// end of the agent's and the kubelet's logs, for a failure message.
+func (e *Env) Describe(ctx context.Context) string {
+	var b strings.Builder
+	c := e.Node.Client.CoreV1()
+	if pods, err := c.Pods("").List(ctx, metav1.ListOptions{}); err == nil {
+		b.WriteString("pods:\n")
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "  %s/%s %s node=%s %s\n", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName, containerStates(p))
+		}
+	}
+	if evs, err := c.Events("").List(ctx, metav1.ListOptions{}); err == nil {
+		b.WriteString("events (warnings):\n")
+		for _, ev := range evs.Items {
+			if ev.Type == corev1.EventTypeWarning {
+				fmt.Fprintf(&b, "  %s %s/%s %s: %s\n", ev.LastTimestamp.Format("15:04:05"), ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "--- kubelet log (end):\n%s\n", e.Node.Kubelet.Tail(20))
+	for _, name := range []string{"agent", "controller"} {
+		fmt.Fprintf(&b, "--- %s container log (end):\n%s\n", name, e.containerLog(name, 30))
+	}
+	return b.String()
+}
+
+// containerLog reads the end of the newest log of a container of the
+// release from the kubelet's pod log directory.
+func (e *Env) containerLog(container string, lines int) string {
+	matches, _ := filepath.Glob(filepath.Join(e.Node.LogDir, "pods", Namespace+"_*", container, "*.log"))
+	if len(matches) == 0 {
+		return "(none)"
+	}
+	sort.Strings(matches)
+	var out []string
+	for _, m := range matches {
+		out = append(out, m+":\n"+tail(m, lines))
+	}
+	return strings.Join(out, "\n")
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(ls[max(0, len(ls)-n):], "\n")
+}
+
+func containerStates(p corev1.Pod) string {
+	var parts []string
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Running != nil:
+			parts = append(parts, cs.Name+"=running")
+		case cs.State.Waiting != nil:
+			parts = append(parts, cs.Name+"=waiting:"+cs.State.Waiting.Reason+":"+cs.State.Waiting.Message)
+		case cs.State.Terminated != nil:
+			parts = append(parts, cs.Name+"=terminated:"+cs.State.Terminated.Reason)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func metadataWithToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}

@@ -1,0 +1,75 @@
+// Package install puts the project on a cluster the way a user does: with
+// its own Helm chart, through Helm's Go library.
+package install
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// Release is one install of the chart.
+type Release struct {
+	// Kubeconfig reaches the cluster; ChartDir is deploy/helm/slingshot.
+	Kubeconfig, ChartDir string
+	Name, Namespace      string
+	// Values are the chart values, as a values file would give them.
+	Values map[string]any
+	// Timeout bounds the wait for the release's workloads to be ready.
+	Timeout time.Duration
+	// Logf receives Helm's debug log; nil: discarded.
+	Logf func(format string, args ...any)
+}
+
+func (r *Release) config() (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &r.Kubeconfig
+	flags.Namespace = &r.Namespace
+	logf := r.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	cfg := new(action.Configuration)
+	if err := cfg.Init(flags, r.Namespace, "secret", logf); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// Install installs the chart into its namespace (made when missing) and
+// waits until its Deployments and DaemonSets are ready.
+func (r *Release) Install(ctx context.Context) error {
+	chart, err := loader.Load(r.ChartDir)
+	if err != nil {
+		return fmt.Errorf("load chart %s: %w", r.ChartDir, err)
+	}
+	cfg, err := r.config()
+	if err != nil {
+		return err
+	}
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = r.Name, r.Namespace, true
+	inst.Wait, inst.Timeout = true, r.Timeout
+	if _, err := inst.RunWithContext(ctx, chart, r.Values); err != nil {
+		return fmt.Errorf("helm install %s: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Uninstall removes the release and waits for its objects to go.
+func (r *Release) Uninstall() error {
+	cfg, err := r.config()
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.Wait, un.Timeout = true, r.Timeout
+	if _, err := un.Run(r.Name); err != nil {
+		return fmt.Errorf("helm uninstall %s: %w", r.Name, err)
+	}
+	return nil
+}

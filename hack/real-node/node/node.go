@@ -1,0 +1,509 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"golang.org/x/sys/unix"
+)
+
+// Fixed addresses of the node's own network namespace, where nothing else
+// listens.
+const (
+	DefaultNodeIP = "10.200.0.1"
+	PodCIDR       = "10.88.0.0/16"
+	ServiceCIDR   = "10.96.0.0/24"
+	APIServerPort = 6443
+	// PauseImage is the sandbox image, built locally (see package images).
+	PauseImage = "localhost/slingshot-e2e/pause:1"
+)
+
+// Options say where the node lives and where its programs are.
+type Options struct {
+	// Root holds everything the node writes; it must exist.
+	Root string
+	// BinDir holds kube-apiserver, kube-controller-manager,
+	// kube-scheduler, kubelet, containerd, containerd-shim-runc-v2 and ctr.
+	BinDir string
+	// Etcd, Runc: the binaries; default: found on PATH.
+	Etcd, Runc string
+	// CNIBinDir holds the CNI plugins; default /usr/lib/cni (Debian).
+	CNIBinDir string
+	// NodeName default "node-1"; NodeIP default DefaultNodeIP.
+	NodeName, NodeIP string
+	// Ready bounds each wait of Start; default 4 min.
+	Ready time.Duration
+	// Logf reports progress; nil: silent.
+	Logf func(format string, args ...any)
+}
+
+// Node is a running single-node cluster. Tests restart its components
+// through the Procs.
+type Node struct {
+	opts Options
+	pki  *pki
+
+	Name, IP string
+	// Kubeconfig is an admin kubeconfig file; Config and Client are the
+	// same credentials in Go.
+	Kubeconfig string
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	// ContainerdSocket is the CRI and containerd API socket; NRISocket
+	// containerd's NRI socket; CDIDir the one CDI spec directory
+	// containerd reads; KubeletDir the kubelet's root directory; LogDir
+	// every component's log.
+	ContainerdSocket, NRISocket, CDIDir, KubeletDir, LogDir string
+
+	Etcd, APIServer, ControllerManager, Scheduler, Containerd, Kubelet *Proc
+}
+
+func (n *Node) path(rel string) string { return filepath.Join(n.opts.Root, rel) }
+
+func (n *Node) logf(format string, args ...any) {
+	if n.opts.Logf != nil {
+		n.opts.Logf(format, args...)
+	}
+}
+
+// Start brings the node up in the calling process's namespaces, which must
+// be the ones [Enter] made: etcd, the API server, containerd, the
+// controller-manager, the scheduler and the kubelet, and waits until the
+// node is Ready and the default ServiceAccount exists. On error what was
+// started is stopped.
+func Start(ctx context.Context, o Options) (_ *Node, err error) {
+	if os.Getpid() != 1 {
+		return nil, errors.New("node.Start: not the init of its own PID namespace; run it under node.Enter")
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		opts: o, Name: o.NodeName, IP: o.NodeIP,
+		ContainerdSocket: filepath.Join(o.Root, "run/containerd.sock"),
+		NRISocket:        filepath.Join(o.Root, "run/nri.sock"),
+		CDIDir:           filepath.Join(o.Root, "cdi"),
+		KubeletDir:       "/var/lib/kubelet", // root/kubelet, bind-mounted by privateMounts
+		LogDir:           filepath.Join(o.Root, "logs"),
+		Kubeconfig:       filepath.Join(o.Root, "admin.kubeconfig"),
+	}
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	for _, d := range []string{"run", "cdi", "kubelet", "logs", "cni/net.d", "cni/ipam"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.privateMounts(); err != nil {
+		return nil, fmt.Errorf("node mounts: %w", err)
+	}
+	if err := setupNetwork(n.IP); err != nil {
+		return nil, fmt.Errorf("node network: %w", err)
+	}
+	ip := net.ParseIP(n.IP)
+	if n.pki, err = newPKI(n.path("pki"), n.Name, []net.IP{ip, net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}); err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	if err := n.writeConfigs(); err != nil {
+		return nil, err
+	}
+	n.makeProcs()
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"etcd", n.startEtcd},
+		{"kube-apiserver", n.startAPIServer},
+		{"containerd", n.startContainerd},
+		{"controller-manager and scheduler", n.startControlPlane},
+		{"kubelet", n.startKubelet},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, o.Ready)
+		err := s.run(sctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("start %s: %w", s.name, err)
+		}
+		n.logf("node: %s up in %s", s.name, time.Since(start).Round(time.Millisecond))
+	}
+	return n, nil
+}
+
+func (o *Options) defaults() error {
+	if o.Root == "" || o.BinDir == "" {
+		return errors.New("node: Root and BinDir are required")
+	}
+	var err error
+	if o.Etcd == "" {
+		if o.Etcd, err = exec.LookPath("etcd"); err != nil {
+			return fmt.Errorf("etcd (Debian etcd-server): %w", err)
+		}
+	}
+	if o.Runc == "" {
+		if o.Runc, err = exec.LookPath("runc"); err != nil {
+			return fmt.Errorf("runc (Debian runc): %w", err)
+		}
+	}
+	if o.CNIBinDir == "" {
+		o.CNIBinDir = "/usr/lib/cni"
+	}
+	if _, err := os.Stat(filepath.Join(o.CNIBinDir, "bridge")); err != nil {
+		return fmt.Errorf("CNI plugins (Debian containernetworking-plugins): %w", err)
+	}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "containerd-shim-runc-v2", "ctr"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
+			return fmt.Errorf("%s (make real-node-bin builds it): %w", b, err)
+		}
+	}
+	if o.NodeName == "" {
+		o.NodeName = "node-1"
+	}
+	if o.NodeIP == "" {
+		o.NodeIP = DefaultNodeIP
+	}
+	if o.Ready == 0 {
+		o.Ready = 4 * time.Minute
+	}
+	return nil
+}
+
+// privateMounts covers the host directories that the node's programs
+// write to whatever their configuration says with tmpfs mounts of the
+// node's own mount namespace, gone with it: /var/lib, /var/log (the
+// kubelet's /var/log/containers links) and /run. The kubelet's device
+// manager keeps its sockets and checkpoint in /var/lib/kubelet/device-plugins
+// whatever its root directory, so the kubelet's root is root/kubelet,
+// bind-mounted at /var/lib/kubelet, where the agent's chart values expect
+// it too.
+func (n *Node) privateMounts() error {
+	for _, dir := range []string{"/var/lib", "/var/log", "/run"} {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+		}
+	}
+	if err := os.MkdirAll(n.KubeletDir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(n.path("kubelet"), n.KubeletDir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", n.path("kubelet"), n.KubeletDir, err)
+	}
+	return nil
+}
+
+// setupNetwork gives the node's fresh network namespace a loopback, an
+// address on a link (the node's InternalIP) and a default route through
+// it, and lets it forward for the pods. The link is one end of a veth
+// pair: the CI machine's kernel has no dummy links, and a veth whose peer
+// is up has a carrier.
+func setupNetwork(ip string) error {
+	cmds := [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "name", "node0", "type", "veth", "peer", "name", "node0-peer"},
+		{"addr", "add", ip + "/24", "dev", "node0"},
+		{"link", "set", "node0-peer", "up"},
+		{"link", "set", "node0", "up"},
+		{"route", "add", "default", "dev", "node0"},
+	}
+	for _, c := range cmds {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+}
+
+func (n *Node) writeConfigs() error {
+	server := fmt.Sprintf("https://%s:%d", n.IP, APIServerPort)
+	for _, k := range []struct{ file, user string }{
+		{n.Kubeconfig, "admin"},
+		{n.path("pki/controller-manager.kubeconfig"), "system:kube-controller-manager"},
+		{n.path("pki/scheduler.kubeconfig"), "system:kube-scheduler"},
+		{n.path("pki/kubelet.kubeconfig"), "system:node:" + n.Name},
+	} {
+		if err := n.pki.kubeconfig(k.file, server, k.user); err != nil {
+			return err
+		}
+	}
+	if err := writeFiles(map[string]string{
+		n.path("containerd/config.toml"):          n.containerdConfig(),
+		n.path("cni/net.d/10-real-node.conflist"): n.cniConfig(),
+		n.path("kubelet-config.yaml"):             n.kubeletConfig(),
+	}); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = -1, -1
+	n.Config = cfg
+	n.Client, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+func (n *Node) makeProcs() {
+	bin := func(b string) string { return filepath.Join(n.opts.BinDir, b) }
+	logf := func(name string) string { return filepath.Join(n.LogDir, name+".log") }
+	p := n.pki.path
+	n.Etcd = &Proc{Name: "etcd", Path: n.opts.Etcd, Log: logf("etcd"), Args: []string{
+		"--name", "default", "--data-dir", n.path("etcd"),
+		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "default=http://127.0.0.1:2380",
+	}}
+	n.APIServer = &Proc{Name: "kube-apiserver", Path: bin("kube-apiserver"), Log: logf("kube-apiserver"), Args: []string{
+		"--etcd-servers", "http://127.0.0.1:2379",
+		"--bind-address", "0.0.0.0", "--advertise-address", n.IP, "--secure-port", fmt.Sprint(APIServerPort),
+		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
+		"--client-ca-file", p("ca.crt"),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
+		"--authorization-mode", "Node,RBAC", "--token-auth-file", p("tokens.csv"),
+		"--enable-admission-plugins", "NodeRestriction",
+		"--service-cluster-ip-range", ServiceCIDR, "--allow-privileged=true",
+		"--kubelet-client-certificate", p("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key", p("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types", "InternalIP",
+	}}
+	n.ControllerManager = &Proc{Name: "kube-controller-manager", Path: bin("kube-controller-manager"), Log: logf("kube-controller-manager"), Args: []string{
+		"--kubeconfig", p("controller-manager.kubeconfig"), "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "10257",
+		"--service-account-private-key-file", p("sa.key"), "--root-ca-file", p("ca.crt"),
+		// Each controller under its own ServiceAccount, whose bootstrap
+		// roles grant what it needs (as kubeadm runs it).
+		"--use-service-account-credentials=true",
+		// Pods deleted by the garbage collector and the Job controller go
+		// at once when their grace ends; no wait for a node's eviction.
+		"--node-monitor-grace-period", "20s",
+	}}
+	n.Scheduler = &Proc{Name: "kube-scheduler", Path: bin("kube-scheduler"), Log: logf("kube-scheduler"), Args: []string{
+		"--kubeconfig", p("scheduler.kubeconfig"), "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "10259",
+	}}
+	n.Containerd = &Proc{Name: "containerd", Path: bin("containerd"), Log: logf("containerd"),
+		Args: []string{"--config", n.path("containerd/config.toml")},
+		// The shim is found on PATH: the one built beside containerd first.
+		Env: []string{"PATH=" + n.opts.BinDir + ":" + os.Getenv("PATH")},
+	}
+	n.Kubelet = &Proc{Name: "kubelet", Path: bin("kubelet"), Log: logf("kubelet"), Args: []string{
+		"--config", n.path("kubelet-config.yaml"), "--kubeconfig", p("kubelet.kubeconfig"),
+		"--root-dir", n.KubeletDir, "--hostname-override", n.Name, "--node-ip", n.IP, "--v", "2",
+	}}
+}
+
+func (n *Node) startEtcd(ctx context.Context) error {
+	if err := n.Etcd.Start(); err != nil {
+		return err
+	}
+	return n.waitHTTP(ctx, n.Etcd, "http://127.0.0.1:2379/health", "", `"health":"true"`)
+}
+
+func (n *Node) startAPIServer(ctx context.Context) error {
+	if err := n.APIServer.Start(); err != nil {
+		return err
+	}
+	return n.waitHTTP(ctx, n.APIServer, fmt.Sprintf("https://127.0.0.1:%d/readyz", APIServerPort), n.pki.tokens["admin"], "ok")
+}
+
+func (n *Node) startContainerd(ctx context.Context) error {
+	if err := n.Containerd.Start(); err != nil {
+		return err
+	}
+	return n.waitFor(ctx, n.Containerd, "containerd answering", func(ctx context.Context) (bool, error) {
+		return n.Ctr(ctx, "version") == nil, nil
+	})
+}
+
+func (n *Node) startControlPlane(ctx context.Context) error {
+	if err := n.ControllerManager.Start(); err != nil {
+		return err
+	}
+	return n.Scheduler.Start()
+}
+
+func (n *Node) startKubelet(ctx context.Context) error {
+	if err := n.Kubelet.Start(); err != nil {
+		return err
+	}
+	if err := n.WaitNodeReady(ctx); err != nil {
+		return err
+	}
+	return n.waitFor(ctx, n.ControllerManager, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
+		_, err := n.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, ignoreNotFound(err)
+	})
+}
+
+// WaitNodeReady waits until the node is Ready and carries no
+// not-ready taint (the controller-manager removes it).
+func (n *Node) WaitNodeReady(ctx context.Context) error {
+	return n.waitFor(ctx, n.Kubelet, "node "+n.Name+" Ready", func(ctx context.Context) (bool, error) {
+		node, err := n.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, ignoreNotFound(err)
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady {
+				return false, nil
+			}
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// Ctr runs containerd's ctr against the node's containerd in the k8s.io
+// namespace.
+func (n *Node) Ctr(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.opts.BinDir, "ctr"), append([]string{"--address", n.ContainerdSocket, "--namespace", "k8s.io"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// waitFor polls cond every 200 ms until it holds, ctx ends, or proc (the
+// component that should make it hold) exits; the error then carries the
+// end of proc's log.
+func (n *Node) waitFor(ctx context.Context, proc *Proc, what string, cond wait.ConditionWithContextFunc) error {
+	var last error
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if proc != nil && isClosed(proc.done) {
+			return false, proc.Err()
+		}
+		ok, err := cond(ctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return ok, nil
+	})
+	if err != nil {
+		tail := ""
+		if proc != nil {
+			tail = "\n--- " + proc.Log + " (end):\n" + proc.Tail(25)
+		}
+		return fmt.Errorf("waiting for %s: %w (last: %v)%s", what, err, last, tail)
+	}
+	return nil
+}
+
+func (n *Node) waitHTTP(ctx context.Context, proc *Proc, url, token, want string) error {
+	pool := x509.NewCertPool()
+	pool.AddCert(n.pki.caCert)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return n.waitFor(ctx, proc, url, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			return false, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		return true, nil
+	})
+}
+
+// Stop stops the components, the kubelet first and etcd last. Containers
+// keep running until the node's init exits, which ends its PID namespace.
+func (n *Node) Stop() {
+	for _, p := range []*Proc{n.Kubelet, n.Scheduler, n.ControllerManager, n.APIServer, n.Containerd, n.Etcd} {
+		if p != nil {
+			_ = p.Stop(syscall.SIGTERM, 15*time.Second)
+		}
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Root is the directory everything of the node lives under.
+func (n *Node) Root() string { return n.opts.Root }
+
+// KubeletMetric sums the samples of one metric on the kubelet's /metrics
+// (its HTTPS port, with the API server's client certificate).
+func (n *Node) KubeletMetric(ctx context.Context, name string) (float64, error) {
+	cert, err := tls.LoadX509KeyPair(n.pki.path("apiserver-kubelet-client.crt"), n.pki.path("apiserver-kubelet-client.key"))
+	if err != nil {
+		return 0, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(n.pki.caCert)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://%s:10250/metrics", n.IP), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("kubelet /metrics: %s", resp.Status)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("kubelet metric %s: %w", name, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
