@@ -117,23 +117,26 @@ func checkIsolated(t *testing.T, v podView, nics int) {
 }
 
 // nodeState is what must survive restarts of the kubelet, the agent and
-// containerd with pods running: the services, the published files and
-// the controller's hold.
+// containerd with pods of one Job running: their services, the files
+// published for them and the controller's hold on their VNI. Other tests'
+// pods may come and go meanwhile, so nothing else is looked at.
 type nodeState struct {
 	Services map[string]inspect.Service // by pod key + NIC
 	EnvFiles map[string]string          // pod key → SLINGSHOT_VNIS in its env file
-	CDISpecs []string
-	Holds    map[uint16][]string // VNI → nodes holding it at the controller
-	JobVNI   uint16              // of the pods' Job
+	CDISpecs []string                   // of the pods' allocations, those present
+	JobVNI   uint16                     // of the pods' Job
+	Holders  []string                   // nodes holding JobVNI at the controller
 }
 
-func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod) nodeState {
+// captureState reads the pods' state; specs are the CDI spec files written
+// for them.
+func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []string) nodeState {
 	t.Helper()
 	rep, err := env.Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := nodeState{Services: map[string]inspect.Service{}, EnvFiles: map[string]string{}, Holds: map[uint16][]string{}}
+	st := nodeState{Services: map[string]inspect.Service{}, EnvFiles: map[string]string{}}
 	for _, p := range pods {
 		v := viewPod(t, p, rep)
 		st.EnvFiles[v.Key] = v.FileVNIs
@@ -142,15 +145,18 @@ func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod) nodeStat
 			st.Services[v.Key+"@"+s.NIC] = s
 		}
 	}
-	specs, _ := filepath.Glob(filepath.Join(env.Node.CDIDir, "*"))
-	st.CDISpecs = specs
+	for _, p := range specs {
+		if fileExists(p) {
+			st.CDISpecs = append(st.CDISpecs, p)
+		}
+	}
 	vnis, err := env.VNIs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range vnis.Leases {
-		if l.Vni != 0 {
-			st.Holds[uint16(l.Vni)] = slices.Sorted(slices.Values(l.Nodes))
+		if uint16(l.Vni) == st.JobVNI {
+			st.Holders = slices.Sorted(slices.Values(l.Nodes))
 		}
 	}
 	return st
@@ -176,21 +182,19 @@ func diffState(before, after nodeState) string {
 	if !slices.Equal(before.CDISpecs, after.CDISpecs) {
 		out = append(out, fmt.Sprintf("CDI specs %v, now %v", before.CDISpecs, after.CDISpecs))
 	}
-	for vni, nodes := range before.Holds {
-		if !slices.Equal(after.Holds[vni], nodes) {
-			out = append(out, fmt.Sprintf("VNI %d held by %v, now %v", vni, nodes, after.Holds[vni]))
-		}
+	if !slices.Equal(before.Holders, after.Holders) {
+		out = append(out, fmt.Sprintf("VNI %d held by %v, now %v", before.JobVNI, before.Holders, after.Holders))
 	}
 	return strings.Join(out, "\n")
 }
 
 // holdsFor watches the node's state for d and fails at the first change:
 // what a restart must not do, it would do in that window.
-func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, before nodeState, d time.Duration) {
+func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []string, before nodeState, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		if diff := diffState(before, captureState(t, ctx, pods)); diff != "" {
+		if diff := diffState(before, captureState(t, ctx, pods, specs)); diff != "" {
 			t.Fatalf("the node's state changed:\n%s", diff)
 		}
 		select {

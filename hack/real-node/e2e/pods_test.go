@@ -171,19 +171,21 @@ func TestContainerdRestart(t *testing.T) {
 func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	ctx := t.Context()
 	ns := newNamespace(t, "restart-"+what)
+	specsBefore := cdiSpecs(t)
 	pods, err := env.RunJob(ctx, ns, cluster.Job("r", 2, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := captureState(t, ctx, pods)
-	if len(before.Services) != 2 || len(before.CDISpecs) == 0 {
-		t.Fatalf("before the restart: %d services, CDI specs %v", len(before.Services), before.CDISpecs)
+	specs := newSpecs(specsBefore, cdiSpecs(t))
+	before := captureState(t, ctx, pods, specs)
+	if len(before.Services) != 2 || len(before.CDISpecs) == 0 || len(before.Holders) != 1 {
+		t.Fatalf("before the restart: %d services, CDI specs %v, VNI %d held by %v", len(before.Services), before.CDISpecs, before.JobVNI, before.Holders)
 	}
 	restart(t)
 	if err := env.WaitAllocatable(ctx, env.Capacity); err != nil {
 		t.Fatal(err)
 	}
-	holdsFor(t, ctx, pods, before, 6*time.Second)
+	holdsFor(t, ctx, pods, specs, before, 6*time.Second)
 	if _, err := env.WaitRunning(ctx, ns, "e2e-job=r", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +197,10 @@ func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	}
 	if _, err := waitCleanedUp(ctx, podKeys(pods), before.JobVNI); err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range specs {
+		if fileExists(p) {
+			t.Errorf("CDI spec %s left after the pods' cleanup", p)
+		}
 	}
 }

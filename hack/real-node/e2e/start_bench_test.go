@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+)
+
+// BenchmarkPodStart: the agent's overhead on pod start, from the pod's
+// creation to Running (every container started), for a pod with one NIC
+// against the same pod without the resource; pods one after another, each
+// deleted before the next. Run with
+//
+//	make e2e-node E2E_NODE_FLAGS='-run ^$ -bench PodStart -benchtime 50x'
+func BenchmarkPodStart(b *testing.B) {
+	for _, nics := range []int{0, 1} {
+		b.Run(fmt.Sprintf("nics=%d", nics), func(b *testing.B) {
+			ctx := b.Context()
+			ns, err := env.NewNamespace(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer env.DeleteNamespace(context.WithoutCancel(ctx), ns)
+			tmpl := cluster.Job("x", 1, nics).Spec.Template
+			var took []time.Duration
+			for i := 0; b.Loop(); i++ {
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i)}, Spec: *tmpl.Spec.DeepCopy()}
+				d, err := startPod(ctx, ns, pod)
+				if err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, d)
+				if err := env.Node.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(took[len(took)*99/100].Milliseconds()), "p99-ms")
+		})
+	}
+}
+
+// startPod creates pod in ns and returns the time until a watch sees it
+// Running with every container started.
+func startPod(ctx context.Context, ns string, pod *corev1.Pod) (time.Duration, error) {
+	c := env.Node.Client.CoreV1().Pods(ns)
+	w, err := c.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String()})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	start := time.Now()
+	if _, err := c.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return 0, err
+	}
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, fmt.Errorf("watch of pod %s ended", pod.Name)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if ev.Type == watch.Modified && isPod && p.Status.Phase == corev1.PodRunning && allRunning(p) {
+				return time.Since(start), nil
+			}
+		case <-timeout:
+			return 0, fmt.Errorf("pod %s not running after 2 min:\n%s", pod.Name, env.Describe(ctx))
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func allRunning(p *corev1.Pod) bool {
+	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
