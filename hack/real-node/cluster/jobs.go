@@ -160,3 +160,33 @@ func (e *Env) WaitReplaced(ctx context.Context, ns, selector string, oldUID type
 	}
 	return nil
 }
+
+// WaitNICsFree waits until no pod that is not finished holds the NIC
+// resource, as after earlier tests' namespaces are gone: allocatable
+// counts devices, not free ones.
+func (e *Env) WaitNICsFree(ctx context.Context) error {
+	var holders []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Node.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		holders = holders[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			for _, c := range p.Spec.Containers {
+				if _, ok := c.Resources.Limits[corev1.ResourceName(Resource)]; ok {
+					holders = append(holders, p.Namespace+"/"+p.Name)
+					break
+				}
+			}
+		}
+		return len(holders) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods still holding %s: %v: %w", Resource, holders, err)
+	}
+	return nil
+}

@@ -33,6 +33,10 @@ func TestBurst(t *testing.T) {
 	if err := env.WaitAllocatable(ctx, env.Capacity); err != nil {
 		t.Fatal(err)
 	}
+	// Earlier tests' pods may still be going: all 30 must fit at once.
+	if err := env.WaitNICsFree(ctx); err != nil {
+		t.Fatal(err)
+	}
 	reqs0, err := env.Node.KubeletMetric(ctx, listRequests)
 	if err != nil {
 		t.Fatal(err)
