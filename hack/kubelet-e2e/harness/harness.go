@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
+	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
@@ -177,6 +178,18 @@ func (n *Node) StartKubelet(ctx context.Context, pods ...*v1.Pod) {
 	n.Kubelet = k
 }
 
+// StartKubeletNotReady starts the kubelet as a real one comes back from a
+// restart: PodResources lists no pod until n.Kubelet.SourcesReady, while
+// the device manager holds the allocations of its checkpoint.
+func (n *Node) StartKubeletNotReady(ctx context.Context) {
+	n.t.Helper()
+	k, err := kubelet.StartNotReady(ctx, n.KubeDir, 2)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.Kubelet = k
+}
+
 // Services lists the simulated driver's non-default services on a NIC,
 // reading the driver's state as another process would.
 func (n *Node) Services(nicName string) []cxi.Service {
@@ -217,6 +230,7 @@ var listenRE = regexp.MustCompile(`serving metrics, health and inspect.* addr=([
 // ready. extra flags are appended.
 func (n *Node) StartAgent(extra ...string) *Agent {
 	n.t.Helper()
+	n.checkConfined()
 	args := []string{
 		"--kubelet-dir", n.KubeDir, "--sysfs-root", n.Truth.SysRoot, "--dev-root", n.Truth.DevRoot,
 		"--proc-root", n.ProcDir, "--state-dir", n.StateDir, "--cxi-driver", "sim",
@@ -288,6 +302,24 @@ func (n *Node) StartAgent(extra ...string) *Agent {
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	return a
+}
+
+// checkConfined fails the test unless the agent's configuration keeps
+// what it writes under the node's directory: the CDI spec directory
+// defaults to the host's /var/run/cdi, and a test that writes its own
+// configuration without cdi.specDir would write there.
+func (n *Node) checkConfined() {
+	n.t.Helper()
+	cfg, err := config.Load(n.Config)
+	if err != nil {
+		n.t.Fatalf("agent configuration: %v", err)
+	}
+	if !cfg.CDIEnabled() {
+		return
+	}
+	if rel, err := filepath.Rel(n.Dir, cfg.CDI.SpecDir); err != nil || !filepath.IsLocal(rel) {
+		n.t.Fatalf("the agent would write CDI specs to %s, outside the test's directory %s: set cdi.specDir (Node.CDIDir)", cfg.CDI.SpecDir, n.Dir)
+	}
 }
 
 // Stop sends SIGTERM and waits for the agent to exit.

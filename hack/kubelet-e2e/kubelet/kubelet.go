@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	_ "unsafe" // for go:linkname
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+	apisgrpc "k8s.io/kubernetes/pkg/kubelet/apis/grpc"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -52,20 +54,37 @@ type Kubelet struct {
 	podRes  *grpc.Server
 	podWG   sync.WaitGroup
 
+	// ready is false while the kubelet's sources (the API server) are not
+	// ready after a restart: no pod is active, and the device manager
+	// frees nothing.
+	ready atomic.Bool
+	lists atomic.Int64 // PodResources List calls answered
+
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
 }
 
 // Start runs the device manager on <dir>/device-plugins/kubelet.sock and
-// the PodResources v1 API on <dir>/pod-resources/kubelet.sock. numaNodes
+// the PodResources v1 API on <dir>/pod-resources/kubelet.sock, behind the
+// kubelet's own rate limit (100 requests a second, burst 10). numaNodes
 // is the machine's NUMA node count as cadvisor would report it. pods are
 // already running, as after a kubelet restart: their allocations come back
 // from the manager's checkpoint.
 func Start(ctx context.Context, dir string, numaNodes int, pods ...*v1.Pod) (*Kubelet, error) {
-	k := &Kubelet{Dir: dir, logger: klog.FromContext(ctx), pods: map[types.UID]*v1.Pod{}}
-	for _, p := range pods {
-		k.pods[p.UID] = p
+	k, err := StartNotReady(ctx, dir, numaNodes)
+	if err != nil {
+		return nil, err
 	}
+	k.SourcesReady(pods...)
+	return k, nil
+}
+
+// StartNotReady is Start as a real kubelet restart is for about a second:
+// its sources (the API server) are not ready yet, so no pod is active and
+// PodResources lists none, while the device manager holds every allocation
+// of its checkpoint and frees none. SourcesReady ends it.
+func StartNotReady(ctx context.Context, dir string, numaNodes int) (*Kubelet, error) {
+	k := &Kubelet{Dir: dir, logger: klog.FromContext(ctx), pods: map[types.UID]*v1.Pod{}}
 	pluginDir := filepath.Join(dir, "device-plugins")
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
 		return nil, err
@@ -79,7 +98,7 @@ func Start(ctx context.Context, dir string, numaNodes int, pods ...*v1.Pod) (*Ku
 		return nil, fmt.Errorf("device manager: %w", err)
 	}
 	k.manager = m
-	if err := m.Start(k.logger, k.activePods, readySources{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	if err := m.Start(k.logger, k.activePods, readySources{k}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return nil, fmt.Errorf("start device manager: %w", err)
 	}
 	if err := k.servePodResources(ctx); err != nil {
@@ -88,6 +107,21 @@ func Start(ctx context.Context, dir string, numaNodes int, pods ...*v1.Pod) (*Ku
 	}
 	return k, nil
 }
+
+// SourcesReady makes pods active, as the kubelet does once the API server
+// has told it its pods, and the kubelet's sources ready.
+func (k *Kubelet) SourcesReady(pods ...*v1.Pod) {
+	k.mu.Lock()
+	for _, p := range pods {
+		k.pods[p.UID] = p
+	}
+	k.mu.Unlock()
+	k.ready.Store(true)
+}
+
+// Lists returns how many PodResources List calls the kubelet has answered
+// (not those its rate limit refused).
+func (k *Kubelet) Lists() int64 { return k.lists.Load() }
 
 // Stop ends both servers, as a kubelet exit would. The checkpoint stays, so
 // a later Start on the same directory restores the allocations.
@@ -108,7 +142,14 @@ func (k *Kubelet) servePodResources(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", sock, err)
 	}
-	k.podRes = grpc.NewServer()
+	count := grpc.UnaryServerInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasSuffix(info.FullMethod, "/List") {
+			k.lists.Add(1)
+		}
+		return handler(ctx, req)
+	})
+	k.podRes = grpc.NewServer(grpc.ChainUnaryInterceptor(count),
+		apisgrpc.WithRateLimiter(ctx, "podresources", podresources.DefaultQPS, podresources.DefaultBurstTokens))
 	podresourcesv1.RegisterPodResourcesListerServer(k.podRes, podresources.NewV1PodResourcesServer(ctx, podresources.PodResourcesProviders{
 		Pods:             podsProvider{k},
 		Devices:          devicesProvider{k.manager},
@@ -198,10 +239,10 @@ func (k *Kubelet) activePods() []*v1.Pod {
 	return pods
 }
 
-type readySources struct{}
+type readySources struct{ k *Kubelet }
 
 func (readySources) AddSource(string) {}
-func (readySources) AllReady() bool   { return true }
+func (r readySources) AllReady() bool { return r.k.ready.Load() }
 
 type podsProvider struct{ k *Kubelet }
 
