@@ -7,9 +7,11 @@
 //
 // The pod path is the design's (DESIGN.md, "The pod path"): Allocate makes
 // no network call and writes nothing; PreStartContainer finds the pod
-// through PodResources, leases its VNI, creates the services, records them
-// and publishes SLINGSHOT_VNIS and SLINGSHOT_SVC_IDS through a CDI spec and
-// a per-container file; pod exit is seen from PodResources.
+// from the kubelet's device checkpoint and PodResources, leases its VNI,
+// creates the services, records them and publishes SLINGSHOT_VNIS and
+// SLINGSHOT_SVC_IDS through a CDI spec and a per-container file; a pod is
+// gone only when PodResources and the kubelet's device checkpoint both no
+// longer name it (see package podwatch).
 //
 // [Run] wires the parts and owns every goroutine; cmd/slingshot-agent only
 // parses flags.
