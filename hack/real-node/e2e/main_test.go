@@ -55,6 +55,14 @@ func run(m *testing.M, root string) int {
 		}
 		return 1
 	}
+	// A signal ends the run: as the node's init this process gets only
+	// the signals it handles, and the tests do not watch for them.
+	go func() {
+		<-ctx.Done()
+		fmt.Fprintln(os.Stderr, "real node: interrupted; stopping")
+		env.Stop()
+		os.Exit(2)
+	}()
 	code := m.Run()
 	env.Stop()
 	return code
