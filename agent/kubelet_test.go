@@ -48,7 +48,6 @@ type fakeKubelet struct {
 	alloc    map[string]kubeletPod // by UID: the allocations in memory
 	notReady bool                  // sources not ready: List is empty and frees nothing
 	listErr  error
-	lists    int // List calls served
 }
 
 func newFakeKubelet(t testing.TB) *fakeKubelet {
@@ -108,12 +107,6 @@ func (k *fakeKubelet) setListErr(err error) {
 	k.mu.Unlock()
 }
 
-func (k *fakeKubelet) listCalls() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.lists
-}
-
 func (k *fakeKubelet) freeInactiveLocked() {
 	if k.notReady {
 		return
@@ -129,7 +122,6 @@ func (k *fakeKubelet) freeInactiveLocked() {
 func (k *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest, ...grpc.CallOption) (*podresourcesv1.ListPodResourcesResponse, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.lists++
 	if k.listErr != nil {
 		return nil, k.listErr
 	}
