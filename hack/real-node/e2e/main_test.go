@@ -57,8 +57,10 @@ func run(m *testing.M, root string) int {
 	}
 	// A signal ends the run: as the node's init this process gets only
 	// the signals it handles, and the tests do not watch for them.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
-		<-ctx.Done()
+		<-sigs
 		fmt.Fprintln(os.Stderr, "real node: interrupted; stopping")
 		env.Stop()
 		os.Exit(2)
