@@ -87,7 +87,7 @@ func (e *Env) WaitRunning(ctx context.Context, ns, selector string, want int) ([
 			return false, nil
 		}
 		for _, p := range pods {
-			if p.Status.Phase != corev1.PodRunning || !allStarted(p) {
+			if !Started(&p) {
 				return false, nil
 			}
 		}
@@ -99,8 +99,10 @@ func (e *Env) WaitRunning(ctx context.Context, ns, selector string, want int) ([
 	return pods, nil
 }
 
-func allStarted(p corev1.Pod) bool {
-	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+// Started reports whether the pod is Running with every container
+// started.
+func Started(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
 		return false
 	}
 	for _, cs := range p.Status.ContainerStatuses {

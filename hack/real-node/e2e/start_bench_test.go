@@ -60,7 +60,7 @@ func startPod(ctx context.Context, ns string, pod *corev1.Pod) (time.Duration, e
 	var took time.Duration
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, false, func(ctx context.Context) (bool, error) {
 		p, err := c.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil || p.Status.Phase != corev1.PodRunning || !allRunning(p) {
+		if err != nil || !cluster.Started(p) {
 			return false, nil
 		}
 		took = time.Since(start)
@@ -72,14 +72,3 @@ func startPod(ctx context.Context, ns string, pod *corev1.Pod) (time.Duration, e
 	return took, nil
 }
 
-func allRunning(p *corev1.Pod) bool {
-	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
-		return false
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running == nil {
-			return false
-		}
-	}
-	return true
-}
