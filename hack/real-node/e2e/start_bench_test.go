@@ -71,4 +71,3 @@ func startPod(ctx context.Context, ns string, pod *corev1.Pod) (time.Duration, e
 	}
 	return took, nil
 }
-
