@@ -5,15 +5,22 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/node"
 )
+
+// job is an example Job for the node, written into its root.
+//
+//go:embed job.yaml
+var job []byte
 
 func main() {
 	root, inside := node.Inside()
@@ -42,19 +49,23 @@ func run(root string) error {
 	if err != nil {
 		return err
 	}
+	jobFile := filepath.Join(root, "job.yaml")
+	if err := os.WriteFile(jobFile, job, 0o644); err != nil {
+		return err
+	}
 	fmt.Printf(`
 The node is up, with the chart installed in namespace %[1]s.
 It lives in its own PID, mount and network namespaces; reach it from
 another terminal through them (PID %[2]d on the host is its init):
 
   sudo nsenter -t %[2]d -p -m -n env KUBECONFIG=%[3]s %[4]s get pods -A
-  sudo nsenter -t %[2]d -p -m -n env KUBECONFIG=%[3]s %[4]s apply -f - <<EOF
-  ... a Job whose pods ask for %[5]s: 1, image %[6]s, imagePullPolicy: Never
-  EOF
-  sudo nsenter -t %[2]d -p -m -n curl -s %[7]s/inspect
+  sudo nsenter -t %[2]d -p -m -n env KUBECONFIG=%[3]s %[4]s apply -f %[5]s
+  sudo nsenter -t %[2]d -p -m -n env KUBECONFIG=%[3]s %[4]s logs job/demo
+  sudo nsenter -t %[2]d -p -m -n curl -s %[6]s/inspect
 
-Logs: %[8]s. Ctrl-C here tears the node down and removes %[9]s.
-`, cluster.Namespace, node.HostPID(root), env.Node.Kubeconfig, env.KubectlPath(), cluster.Resource, cluster.WorkloadImage, env.AgentURL, env.Node.LogDir, root)
+(%[5]s: a Job of two pods with one NIC share each.)
+Logs: %[7]s. Ctrl-C here tears the node down and removes %[8]s.
+`, cluster.Namespace, node.HostPID(root), env.Node.Kubeconfig, env.KubectlPath(), jobFile, env.AgentURL, env.Node.LogDir, root)
 	<-ctx.Done()
 	fmt.Println("demo-node: stopping")
 	return nil
