@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/controller"
@@ -170,4 +172,60 @@ func TestLoadingAnswers429(t *testing.T) {
 	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
 		t.Fatalf("code %d Retry-After %q", code, hdr.Get("Retry-After"))
 	}
+}
+
+// TestFinalizeAnswerAlwaysCarriesFinalized reads the /finalize answer's JSON
+// bytes: "finalized" is there whether it is true or false, as in
+// Metacontroller's DecoratorHookResponse (a false was once omitted).
+func TestFinalizeAnswerAlwaysCarriesFinalized(t *testing.T) {
+	svc := newService(t, true, controller.Config{})
+	h := New(svc, followed, nil, nil)
+	obj := jobObject("train", "uid-2", nil)
+	call(t, h, "/sync", &Request{Object: obj})
+	pl, err := svc.AcquireJobVNI(t.Context(), controller.PodRef{Namespace: "ml", Name: "train-0"}, "n1")
+	if err != nil {
+		t.Fatalf("pod acquire: %v", err)
+	}
+	deleted := "2026-01-01T00:00:00Z"
+	obj.Metadata.DeletionTimestamp = &deleted
+	steps := []struct {
+		name   string
+		before func()
+		want   string
+	}{
+		{"a node still holds the VNI", func() {}, "false"},
+		{"released", func() {
+			if _, err := svc.ReleaseJobVNI(t.Context(), pl.Key, "n1"); err != nil {
+				t.Fatal(err)
+			}
+		}, "true"},
+	}
+	for _, s := range steps {
+		s.before()
+		fields := rawCall(t, h, "/finalize", &Request{Object: obj, Finalizing: true})
+		got, ok := fields["finalized"]
+		if !ok {
+			t.Fatalf("%s: no \"finalized\" among the answer's fields %v", s.name, slices.Sorted(maps.Keys(fields)))
+		}
+		if string(got) != s.want {
+			t.Fatalf("%s: finalized = %s, want %s", s.name, got, s.want)
+		}
+	}
+}
+
+// rawCall posts req to path and returns the top-level fields of the JSON
+// answer as raw bytes, so a test sees what is on the wire.
+func rawCall(t testing.TB, h http.Handler, path string, req *Request) map[string]json.RawMessage {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &fields); err != nil {
+		t.Fatalf("%s: decode answer: %v: %s", path, err, rec.Body)
+	}
+	return fields
 }

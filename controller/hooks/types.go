@@ -93,7 +93,11 @@ type Response struct {
 	Status             *json.RawMessage   `json:"status"`
 	Attachments        []VNIObject        `json:"attachments"`
 	ResyncAfterSeconds float64            `json:"resyncAfterSeconds,omitempty"`
-	Finalized          bool               `json:"finalized,omitempty"`
+	// Finalized is the finalize hook's answer. It is never omitted: a
+	// false is an answer too ("not yet"), and Metacontroller's own
+	// DecoratorHookResponse always carries it (no omitempty); /sync
+	// answers carry false, which Metacontroller ignores there.
+	Finalized bool `json:"finalized"`
 }
 
 // ParseRequest decodes and checks a hook request: it needs an object with
