@@ -33,6 +33,11 @@
 // public source fixes (subsystem IDs, firmware and FRU strings, GPU UUIDs)
 // are illustrative.
 //
+// Each NIC function has the PCI resource file, with BAR 0 of 2 GiB on a PF
+// and 512 MiB on a VF: Cassini-1 VFs keep the PF's device ID, and the driver
+// (ss1/cass_core.c) tells them apart by that size alone. VFs have no uc/,
+// fru/ or netdev, and a physfn link; PFs have sriov_numvfs and virtfnN links.
+//
 // [Spec.Faults] injects faults: a link down, a retry handler that is not
 // running, a missing file or a garbage value. [SetLink] and
 // [SetRetryHandler] change an existing tree atomically for health tests.

@@ -41,7 +41,6 @@ func TestWriteRejectsBadSpecs(t *testing.T) {
 		{Spec{NUMANodes: -2}, "numa-nodes must be 1 to 64"},
 		{Spec{Generation: "cassini3"}, `generation must be cassini1 or cassini2, not "cassini3"`},
 		{Spec{NICs: 1, VFsPerNIC: 65}, "vfs-per-nic must be 0 to 64"},
-		{Spec{NICs: 1, VFsPerNIC: 1, Generation: Cassini1}, "only Cassini-2 NICs have virtual functions"},
 		{Spec{NICs: 8, VFsPerNIC: 64}, "more than 256 cxi devices"},
 		{Spec{GPUs: 1, GPUVendor: "intel"}, `gpu vendor must be nvidia or amd, not "intel"`},
 		{Spec{GPUs: 1, GPUModels: []string{"b200"}}, `unknown gpu model "b200" (known: h100, a100, mi250x, mi210)`},
@@ -372,6 +371,68 @@ func TestWriteGPUs(t *testing.T) {
 	if nv != 2 || amd != 2 {
 		t.Errorf("%d NVIDIA and %d AMD GPUs, want 2 and 2", nv, amd)
 	}
+}
+
+// TestWriteCassini1VFs writes Cassini-1 NICs with VFs: a VF keeps the PF's
+// PCI IDs (17db:0501) and differs only in its BAR 0, 512 MiB against the
+// PF's 2 GiB, which the resource file gives as in the kernel's
+// resource_show. The driver tells them apart by that size alone.
+func TestWriteCassini1VFs(t *testing.T) {
+	cases := []struct {
+		gen        string
+		vfVendor   uint16
+		vfDevice   uint16
+		cassiniVer string
+	}{
+		{Cassini1, 0x17db, 0x0501, "1.1"},
+		{Cassini2, 0x1590, 0x0372, "2.0"},
+	}
+	for _, c := range cases {
+		t.Run(c.gen, func(t *testing.T) {
+			truth := write(t, Spec{NICs: 2, NUMANodes: 1, Generation: c.gen, VFsPerNIC: 2})
+			if len(truth.NICs) != 6 {
+				t.Fatalf("%d cxi devices, want 2 PFs and 4 VFs", len(truth.NICs))
+			}
+			for _, n := range truth.NICs {
+				wantSize, wantVendor, wantDevice := uint64(2<<30), truth.NICs[0].VendorID, truth.NICs[0].DeviceID
+				if n.VF {
+					wantSize, wantVendor, wantDevice = 512<<20, c.vfVendor, c.vfDevice
+				}
+				dir := filepath.Join(truth.SysRoot, n.PCIPath)
+				got := bar0Size(t, readFile(t, filepath.Join(dir, "resource")))
+				if got != wantSize || n.BAR0Size != wantSize {
+					t.Errorf("%s: BAR 0 of %d bytes (truth %d), want %d", n.Name, got, n.BAR0Size, wantSize)
+				}
+				ids := readFile(t, filepath.Join(dir, "vendor")) + readFile(t, filepath.Join(dir, "device"))
+				if want := fmt.Sprintf("0x%04x\n0x%04x\n", wantVendor, wantDevice); ids != want ||
+					n.VendorID != wantVendor || n.DeviceID != wantDevice {
+					t.Errorf("%s: PCI IDs %q (truth %04x:%04x), want %q", n.Name, ids, n.VendorID, n.DeviceID, want)
+				}
+				if v := n.Properties.CassiniVersion; v != c.cassiniVer {
+					t.Errorf("%s: cassini_version %s, want %s", n.Name, v, c.cassiniVer)
+				}
+				if _, err := os.Lstat(filepath.Join(dir, "physfn")); (err == nil) != n.VF {
+					t.Errorf("%s (VF %v): physfn link: %v", n.Name, n.VF, err)
+				}
+			}
+			pf := filepath.Join(truth.SysRoot, truth.NICs[0].PCIPath)
+			if got := readFile(t, filepath.Join(pf, "sriov_numvfs")); got != "2\n" {
+				t.Errorf("sriov_numvfs of the first PF = %q", got)
+			}
+		})
+	}
+}
+
+// bar0Size returns the size of BAR 0 from a resource file: end - start + 1
+// of its first "start end flags" line.
+func bar0Size(t *testing.T, resource string) uint64 {
+	t.Helper()
+	line, _, _ := strings.Cut(resource, "\n")
+	var start, end, flags uint64
+	if _, err := fmt.Sscanf(line, "0x%x 0x%x 0x%x", &start, &end, &flags); err != nil || end < start {
+		t.Fatalf("resource line %q: %v", line, err)
+	}
+	return end - start + 1
 }
 
 func TestFaults(t *testing.T) {

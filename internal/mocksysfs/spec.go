@@ -51,7 +51,9 @@ type Spec struct {
 	// Generation is Cassini2 (default) or Cassini1.
 	Generation string
 	// VFsPerNIC adds that many SR-IOV virtual functions to every
-	// Cassini-2 physical function; they become cxiN after all PFs.
+	// physical function; they become cxiN after all PFs. Cassini-2 VFs
+	// have their own PCI device ID; Cassini-1 VFs share the PF's, and
+	// only their 512 MiB BAR 0 tells them apart (see the resource file).
 	VFsPerNIC int
 	// Faults are applied after the tree is written.
 	Faults []Fault
@@ -268,8 +270,6 @@ func (s Spec) normalized() (Spec, error) {
 		return s, fmt.Errorf("generation must be %s or %s, not %q", Cassini1, Cassini2, s.Generation)
 	case s.VFsPerNIC < 0 || s.VFsPerNIC > MaxVFsPerNIC:
 		return s, fmt.Errorf("vfs-per-nic must be 0 to %d, not %d", MaxVFsPerNIC, s.VFsPerNIC)
-	case s.VFsPerNIC > 0 && s.Generation != Cassini2:
-		return s, errors.New("only Cassini-2 NICs have virtual functions")
 	case s.NICs*(1+s.VFsPerNIC) > maxCXIDevices:
 		return s, fmt.Errorf("%d NICs with %d VFs each make more than %d cxi devices",
 			s.NICs, s.VFsPerNIC, maxCXIDevices)

@@ -23,7 +23,11 @@ type NIC struct {
 	PCIAddress, PhysFn string
 	VendorID, DeviceID uint16
 	VF                 bool
-	NUMANode           int
+	// BAR0Size is the size of PCI BAR 0 in bytes, as the resource file
+	// gives it: 2 GiB for a PF, 512 MiB for a VF (ss1/cass_core.h,
+	// MMIO_BAR_LEN_PF).
+	BAR0Size uint64
+	NUMANode int
 	// RootComplex is the sysfs name of the PCIe root complex,
 	// "pci0000:20".
 	RootComplex string

@@ -32,6 +32,29 @@ const (
 	driverRev        = "9ce667e"                // illustrative: a driver commit
 )
 
+// PCI BAR 0 of the NIC functions, which holds the CSRs (ss1/cass_core.h,
+// MMIO_BAR 0). The driver's probe (ss1/cass_core.c) and libcxi
+// (src/devinfo.c) call a function whose BAR 0 is smaller than
+// MMIO_BAR_LEN_PF a VF; Cassini-1 has no other way to tell, its PF and VFs
+// share one device ID.
+const (
+	pfBAR0Size = 2 << 30   // MMIO_BAR_LEN_PF
+	vfBAR0Size = 512 << 20 // the VF's BAR 0 (cass_core.h comment)
+	// Each PF gets a window of bus addresses: its BAR 0, then from the
+	// middle its VFs' BAR 0s (the SR-IOV resource). Illustrative.
+	barBase   = 0x200000000000
+	barWindow = 64 << 30
+	vfBARsAt  = 32 << 30
+	// memBARFlags are a 64-bit prefetchable memory BAR's resource
+	// flags: IORESOURCE_MEM_64|SIZEALIGN|PREFETCH|MEM and the BAR's
+	// own type bits.
+	memBARFlags = 0x14220c
+	// pciResources is the number of lines in a PCI function's resource
+	// file: 6 BARs, the ROM and 6 SR-IOV BARs (PCI_BRIDGE_RESOURCES).
+	pciResources = 13
+	iovResource  = 7 // PCI_IOV_RESOURCES: the VFs' BAR 0
+)
+
 var resourceMaxima = struct{ ptes, txqs, tgqs, eqs, cts, acs, tles, les int }{
 	2048, 1024, 512, 2047, 2047, 1022, 2048, 16384, // default_rsrc_limits
 }
@@ -105,7 +128,8 @@ func (r rootComplex) bridge(fn int) string {
 type nicModel struct {
 	t       *NIC
 	ifindex int
-	vfs     []int // indexes of this PF's VFs in model.nics
+	vfs     []int  // indexes of this PF's VFs in model.nics
+	bar0    uint64 // bus address of BAR 0
 }
 
 type gpuModel struct {
@@ -183,10 +207,12 @@ func build(spec Spec) *model {
 			NetDev: fmt.Sprintf("hsn%d", hsn), MAC: macForNID(nid), OperState: "up",
 			NetSpeedMbps: linkSpeedMbps, AddrAssignType: 3,
 		}
+		t.BAR0Size = pfBAR0Size
 		if c1 {
 			t.VendorID, t.DeviceID, t.FRUDescription = 0x17db, 0x0501, "200Gb 1P NIC Mezz"
 		}
-		m.nics[i] = nicModel{t: t, ifindex: 3 + hsn}
+		bar0 := uint64(barBase + i*barWindow)
+		m.nics[i] = nicModel{t: t, ifindex: 3 + hsn, bar0: bar0}
 		for v := range spec.VFsPerNIC {
 			vi := spec.NICs + i*spec.VFsPerNIC + v
 			devfn := v + 1 // ARI: VFs take the functions after the PF
@@ -194,13 +220,16 @@ func build(spec Spec) *model {
 			vt := &m.truth.NICs[vi]
 			*vt = NIC{
 				Name: fmt.Sprintf("cxi%d", vi), Index: vi, PCIAddress: vaddr, PhysFn: addr,
-				VendorID: 0x1590, DeviceID: 0x0372, VF: true, NUMANode: rc.node,
+				VendorID: 0x1590, DeviceID: 0x0372, VF: true, BAR0Size: vfBAR0Size, NUMANode: rc.node,
 				RootComplex: rc.name(), Driver: driverName,
 				PCIPath:   path.Join("devices", rc.name(), rc.bridge(0), vaddr),
 				ClassPath: fmt.Sprintf("class/cxi/cxi%d", vi), DevNode: fmt.Sprintf("cxi%d", vi),
-				Properties: nicProperties(nid, uint32(2+vi), false),
+				Properties: nicProperties(nid, uint32(2+vi), c1),
 			}
-			m.nics[vi] = nicModel{t: vt}
+			if c1 { // Cassini-1 VFs keep the PF's device ID
+				vt.VendorID, vt.DeviceID = t.VendorID, t.DeviceID
+			}
+			m.nics[vi] = nicModel{t: vt, bar0: bar0 + vfBARsAt + uint64(v)*vfBAR0Size}
 			m.nics[i].vfs = append(m.nics[i].vfs, vi)
 		}
 	}
@@ -351,6 +380,7 @@ func (m *model) writeNIC(w *writer, n *nicModel, nodes []string) {
 	pciFunction(w, dir, pciIDs{vendor: t.VendorID, device: t.DeviceID, subVendor: t.VendorID,
 		subDevice: t.DeviceID, class: 0x020000, addr: t.PCIAddress, driver: driverName,
 		node: t.NUMANode, cpus: nodes[t.NUMANode]})
+	w.file(dir+"/resource", resourceFile(n, t.VF))
 
 	p := t.Properties
 	props := [][2]string{
@@ -414,12 +444,10 @@ func (m *model) writeNIC(w *writer, n *nicModel, nodes []string) {
 			w.file(fmt.Sprintf("%s/link_restarts/time_%d", dir, r), "0\n")
 		}
 		w.file(dir+"/settings/ac_filter_disabled", "0\n")
-		if t.DeviceID == 0x0371 {
-			w.file(dir+"/sriov_totalvfs", fmt.Sprintf("%d\n", MaxVFsPerNIC))
-			w.file(dir+"/sriov_numvfs", fmt.Sprintf("%d\n", len(n.vfs)))
-			for v, vi := range n.vfs {
-				w.link(fmt.Sprintf("%s/virtfn%d", dir, v), sys+m.truth.NICs[vi].PCIPath)
-			}
+		w.file(dir+"/sriov_totalvfs", fmt.Sprintf("%d\n", MaxVFsPerNIC))
+		w.file(dir+"/sriov_numvfs", fmt.Sprintf("%d\n", len(n.vfs)))
+		for v, vi := range n.vfs {
+			w.link(fmt.Sprintf("%s/virtfn%d", dir, v), sys+m.truth.NICs[vi].PCIPath)
 		}
 		speed := t.NetSpeedMbps
 		netdev(w, dir, t.NetDev, t.MAC, t.AddrAssignType, t.OperState, speed, n.ifindex, hsnMTU)
@@ -503,6 +531,26 @@ func pciFunction(w *writer, dir string, id pciIDs) {
 	w.link(dir+"/subsystem", "sys/bus/pci")
 	w.link("sys/bus/pci/drivers/"+id.driver+"/"+id.addr, dir)
 	w.link("sys/bus/pci/devices/"+id.addr, dir)
+}
+
+// resourceFile is a NIC function's PCI resource file, as the kernel's
+// resource_show prints it: one "start end flags" line per resource, zeros
+// for those not there. BAR 0 is the only BAR; a PF also has the SR-IOV
+// resource that holds its VFs' BAR 0s. The bin files resource0... are not
+// written: their size is the BAR's, 2 GiB files that tools copying a tree
+// would read.
+func resourceFile(n *nicModel, vf bool) string {
+	var lines [pciResources][3]uint64
+	lines[0] = [3]uint64{n.bar0, n.bar0 + n.t.BAR0Size - 1, memBARFlags}
+	if !vf {
+		iov := n.bar0 + vfBARsAt
+		lines[iovResource] = [3]uint64{iov, iov + MaxVFsPerNIC*vfBAR0Size - 1, memBARFlags}
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "0x%016x 0x%016x 0x%016x\n", l[0], l[1], l[2])
+	}
+	return b.String()
 }
 
 // netdev writes net/<name> below the PCI function dir and its class link.
