@@ -108,6 +108,9 @@ func readNIC(fsys fs.FS, name string, index int, base string, netdevs map[string
 			r.fail(&AttrError{Path: dev + "/device", Err: fmt.Errorf("%w: PCI ID %04x:%04x is not a Cassini NIC",
 				ErrInvalidValue, nic.VendorID, nic.DeviceID)})
 		}
+		if gen == Cassini1 {
+			vf = cassini1VF(r, dev)
+		}
 		nic.Generation, nic.VF = gen, vf
 	}
 	optionalField(r, dev+"/numa_node", parseNUMANode, &nic.NUMANode)
@@ -141,6 +144,19 @@ func readNIC(fsys fs.FS, name string, index int, base string, netdevs map[string
 		nic.NetDev = readNetDev(r, ndName)
 	}
 	return r.finish(nic)
+}
+
+// cassini1VF reports whether the Cassini-1 function at dev is a VF. Its PF
+// and VFs share one PCI device ID, so the driver's probe (ss1/cass_core.c)
+// decides by the length of BAR 0, from the PCI resource file: below
+// PFBAR0Size it is a VF. A resource file that cannot be read or parsed is
+// recorded as a problem, and the function is taken for a PF.
+func cassini1VF(r *attrReader, dev string) bool {
+	var size uint64
+	if !field(r, dev+"/resource", parseBAR0Size, &size) {
+		return false
+	}
+	return size < PFBAR0Size
 }
 
 // readNetDev reads class/net/<name>.

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/fstest"
@@ -23,6 +25,7 @@ func TestDiscoverMatchesTruth(t *testing.T) {
 		"16 NICs on 4 NUMA nodes":            {NICs: 16, NUMANodes: 4, GPUs: 4, GPUVendor: mocksysfs.AMD, Seed: 3},
 		"2 PFs with 3 VFs each":              {NICs: 2, NUMANodes: 1, VFsPerNIC: 3, Seed: 5},
 		"Cassini-1":                          {NICs: 4, NUMANodes: 2, Generation: mocksysfs.Cassini1, Seed: 9},
+		"Cassini-1 with 2 VFs each":          {NICs: 2, NUMANodes: 2, Generation: mocksysfs.Cassini1, VFsPerNIC: 2, Seed: 10},
 		"one NIC":                            {NICs: 1, NUMANodes: 1},
 		"GPUs only":                          {GPUs: 2, NUMANodes: 2},
 	}
@@ -555,5 +558,74 @@ func BenchmarkReadLinkState(b *testing.B) {
 		if _, err := ReadLinkState(fsys, d.NICs[0]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDiscoverCassini1VFsByBAR0Size discovers a Cassini-1 node with VFs.
+// Cassini-1 VFs have the PF's PCI IDs, so, as the driver's probe does,
+// discovery tells them apart by BAR 0: below 2 GiB (MMIO_BAR_LEN_PF) is a
+// VF. The cases rewrite cxi2's resource file (a VF of cxi0) or cxi0's.
+func TestDiscoverCassini1VFsByBAR0Size(t *testing.T) {
+	truth := writeTree(t, mocksysfs.Spec{NICs: 2, NUMANodes: 1, Generation: mocksysfs.Cassini1, VFsPerNIC: 2, Seed: 11})
+	base := loadMapFS(t, truth.SysRoot)
+	resource := func(i int) string { return truth.NICs[i].PCIPath + "/resource" }
+	bar0 := func(size uint64) string {
+		return fmt.Sprintf("0x%016x 0x%016x 0x%016x\n", 0x1000000000, 0x1000000000+size-1, 0x14220c)
+	}
+	cases := []struct {
+		name    string
+		edit    map[string]string // path to new content; "" removes the file
+		vf      map[string]bool   // the NICs whose VF flag differs from the truth
+		problem string            // the one expected problem, relative to the sysfs root
+		err     error
+	}{
+		{name: "as written"},
+		{name: "VF's BAR 0 of exactly 2 GiB is a PF", edit: map[string]string{resource(2): bar0(2 << 30)},
+			vf: map[string]bool{"cxi2": false}},
+		{name: "PF's BAR 0 of 2 GiB less a page is a VF", edit: map[string]string{resource(0): bar0(2<<30 - 4096)},
+			vf: map[string]bool{"cxi0": true}},
+		{name: "BAR 0 not assigned is a VF", edit: map[string]string{resource(0): strings.Repeat("0x0000000000000000 ", 2) + "0x0000000000000000\n"},
+			vf: map[string]bool{"cxi0": true}},
+		{name: "no resource file", edit: map[string]string{resource(2): ""},
+			vf: map[string]bool{"cxi2": false}, problem: "class/cxi/cxi2/device/resource", err: ErrMissing},
+		{name: "garbage resource file", edit: map[string]string{resource(2): "0x10 0x1\n"},
+			vf: map[string]bool{"cxi2": false}, problem: "class/cxi/cxi2/device/resource", err: ErrInvalidValue},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fsys := maps.Clone(base)
+			for p, content := range c.edit {
+				if content == "" {
+					delete(fsys, p)
+					continue
+				}
+				fsys[p] = &fstest.MapFile{Data: []byte(content), Mode: 0o444}
+			}
+			d, err := Discover(fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.NICs) != len(truth.NICs) {
+				t.Fatalf("found %d NICs, wrote %d", len(d.NICs), len(truth.NICs))
+			}
+			var problems []string
+			for i, n := range d.NICs {
+				want, ok := c.vf[n.Name]
+				if !ok {
+					want = truth.NICs[i].VF
+				}
+				if n.VF != want || n.Generation != Cassini1 {
+					t.Errorf("%s: VF %v, generation %v; want VF %v, Cassini-1", n.Name, n.VF, n.Generation, want)
+				}
+				problems = append(problems, problemPaths(t, n.Problems)...)
+				if c.err != nil && len(n.Problems) > 0 && !errors.Is(n.Problems[0], c.err) {
+					t.Errorf("%s: problem %v does not wrap %v", n.Name, n.Problems[0], c.err)
+				}
+			}
+			if want := []string{c.problem}; (c.problem == "" && len(problems) > 0) ||
+				(c.problem != "" && !slices.Equal(problems, want)) {
+				t.Errorf("problems %q, want %q", problems, c.problem)
+			}
+		})
 	}
 }

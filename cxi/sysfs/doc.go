@@ -10,6 +10,10 @@
 // found by matching the basename of class/net/*/device against the NIC's PCI
 // address, never by index, as cxi_stat and libfabric do.
 //
+// A Cassini-2 VF has its own PCI device ID; a Cassini-1 VF has the PF's, and
+// is told apart, as the driver's probe does, by its BAR 0 in the PCI
+// resource file: smaller than [PFBAR0Size] (2 GiB) is a VF.
+//
 // Bad trees do not stop discovery: a missing, unreadable or garbled attribute
 // becomes an [*AttrError] that names the file, is recorded in [NIC.Problems],
 // and marks that NIC unhealthy; its siblings are discovered as usual.

@@ -289,6 +289,25 @@ func FuzzParseAddrAssignType(f *testing.F) {
 	})
 }
 
+func FuzzParseBAR0Size(f *testing.F) {
+	addSeeds(f, []string{"0x0000200000000000 0x000020007fffffff 0x000000000014220c\n",
+		"0x0 0x0 0x0\n", "0x20 0x10 0x0", "0x0 0xffffffffffffffff 0x0", "0x1 0x1 0x1 0x1", "1 2 3"})
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseBAR0Size(s)
+		if err != nil {
+			checkInvalid(t, s, err)
+			return
+		}
+		if v < 2 {
+			return
+		}
+		back, err := parseBAR0Size(fmt.Sprintf("0x%016x 0x%016x 0x%016x\n", 0, v-1, 0))
+		if err != nil || back != v {
+			t.Fatalf("parseBAR0Size(%q) = %d, which does not round-trip: %d, %v", s, v, back, err)
+		}
+	})
+}
+
 // FuzzDiscover replaces one file's content or one link's target in the
 // two-nics tree and checks that discovery still finds both NICs, reports
 // every problem as an *AttrError, and never calls a NIC with problems

@@ -37,9 +37,18 @@ const (
 	DeviceCassini2VF uint16 = 0x0372
 )
 
+// PFBAR0Size is the smallest BAR 0 of a physical function, the driver's
+// MMIO_BAR_LEN_PF (ss1/cass_core.h): a PF's BAR 0 is 2 GiB, a VF's 512 MiB.
+// Cassini-1 PFs and VFs share one PCI device ID, so the driver's probe
+// (ss1/cass_core.c) calls a Cassini-1 function whose BAR 0 is smaller a VF,
+// and libcxi (src/devinfo.c) does the same for every NIC.
+const PFBAR0Size = 2 << 30
+
 // Identify returns the generation of the NIC with the given PCI IDs and
 // whether it is an SR-IOV virtual function; ok is false when the IDs are not
-// a Cassini's.
+// a Cassini's. Cassini-1 VFs carry the PF's IDs, so for Cassini-1 vf is
+// always false: only the size of BAR 0 tells (see [PFBAR0Size]), which
+// [Discover] reads.
 func Identify(vendor, device uint16) (gen Generation, vf bool, ok bool) {
 	switch {
 	case vendor == VendorCray && device == DeviceCassini1:

@@ -49,6 +49,37 @@ func parseHex(s string, bits int) (uint64, error) {
 	return v, nil
 }
 
+// parseBAR0Size parses a PCI function's resource file, one
+// "0x%016llx 0x%016llx 0x%016llx" line (start, end, flags) per resource,
+// and returns the length of BAR 0, the first line. Like the kernel's
+// pci_resource_len, an end of 0 (a BAR not assigned) is length 0.
+func parseBAR0Size(s string) (uint64, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	fields := strings.Fields(line)
+	if len(fields) != 3 {
+		return 0, invalid(s, "want start, end and flags on the first line")
+	}
+	var v [3]uint64
+	for i, f := range fields {
+		if !strings.HasPrefix(f, "0x") {
+			return 0, invalid(s, "want 0x-prefixed hexadecimal numbers")
+		}
+		n, err := parseHex(f, 64)
+		if err != nil {
+			return 0, err
+		}
+		v[i] = n
+	}
+	start, end := v[0], v[1]
+	switch {
+	case end == 0:
+		return 0, nil
+	case end < start || end-start == ^uint64(0):
+		return 0, invalid(s, "BAR 0 is not a range of addresses")
+	}
+	return end - start + 1, nil
+}
+
 // parseDecimal parses a "%d" value: a signed decimal that fits a C int.
 func parseDecimal(s string) (int, error) {
 	t := trimValue(s)

@@ -236,6 +236,23 @@ func TestParseAddrAssignType(t *testing.T) {
 	})
 }
 
+func TestParseBAR0Size(t *testing.T) {
+	const zero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+	runParse(t, "parseBAR0Size", parseBAR0Size, []parseCase[uint64]{
+		{in: "0x0000200000000000 0x000020007fffffff 0x000000000014220c\n" + zero, want: 2 << 30},
+		{in: "0x0000201000000000 0x000020101fffffff 0x000000000014220c\n", want: 512 << 20},
+		{in: zero + "0x0000200000000000 0x000020007fffffff 0x000000000014220c\n", want: 0},
+		{in: "0x0000000000000000 0x0000000000000fff 0x0000000000040200", want: 4096},
+		{in: "0x10 0x10 0x0", want: 1},
+		{in: "0x0 0xffffffffffffffff 0x0", wantErr: true},
+		{in: "0x20 0x10 0x0", wantErr: true},
+		{in: "0x0000200000000000 0x000020007fffffff\n", wantErr: true},
+		{in: "200000000000 20007fffffff 14220c\n", wantErr: true},
+		{in: "0x10 0xzz 0x0", wantErr: true},
+		{in: "", wantErr: true},
+	})
+}
+
 func TestIdentify(t *testing.T) {
 	cases := []struct {
 		vendor, device uint16
