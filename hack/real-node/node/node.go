@@ -298,9 +298,6 @@ func (n *Node) makeProcs() {
 		// Each controller under its own ServiceAccount, whose bootstrap
 		// roles grant what it needs (as kubeadm runs it).
 		"--use-service-account-credentials=true",
-		// Pods deleted by the garbage collector and the Job controller go
-		// at once when their grace ends; no wait for a node's eviction.
-		"--node-monitor-grace-period", "20s",
 	}}
 	n.Scheduler = &Proc{Name: "kube-scheduler", Path: bin("kube-scheduler"), Log: logf("kube-scheduler"), Args: []string{
 		"--kubeconfig", p("scheduler.kubeconfig"), "--leader-elect=false",
