@@ -1,3 +1,6 @@
+// Package e2e tests the pod path on a whole real node (package cluster):
+// the chart installed with Helm, pods made by real Jobs, and the kubelet,
+// the agent and containerd restarted under running pods.
 package e2e
 
 import (

@@ -1,3 +1,9 @@
+// Package node runs a whole single-node Kubernetes cluster for tests:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd
+// with runc and the CNI plugins, and a kubelet, each a [Proc] that tests
+// can stop and start again. Everything the node writes is under one root
+// directory, and it runs as the init of its own PID, mount and network
+// namespaces ([Enter]), so that nothing of it outlives the run.
 package node
 
 import (
