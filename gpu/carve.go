@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/slingshot-k8s/slingshot/agent/config"
 )
 
 // Locality says how close the GPUs of a unit are to each other.
@@ -138,7 +136,7 @@ func (u *Unit) NICNames() []string {
 
 // CarveOptions tune [Carve].
 type CarveOptions struct {
-	// Mode is the node pool mode (config.ModeReady, ModeMaintenance,
+	// Mode is the node pool mode (ModeReady, ModeMaintenance,
 	// ModeNotReady); empty means ready. Units are healthy only when ready.
 	Mode string
 	// ShareNICs lets a unit that finds no free NIC on its NUMA node share
@@ -149,7 +147,7 @@ type CarveOptions struct {
 
 // Carving is the result of [Carve]: the node's units of one machine type.
 type Carving struct {
-	MachineType config.MachineType
+	MachineType MachineType
 	// Mode is the node pool mode the units' health follows.
 	Mode string
 	// Units are ordered by NUMA node, then tightest locality, then first
@@ -198,7 +196,7 @@ func (c *Carving) Unit(id string) (*Unit, bool) {
 // The result depends only on the set of GPUs and NICs, not their order.
 // Carve returns an error wrapping [ErrInvalidMachineType] or
 // [ErrInvalidMode] for a machine type or mode it cannot carve.
-func Carve(gpus []GPU, nics []NIC, mt config.MachineType, opts CarveOptions) (*Carving, error) {
+func Carve(gpus []GPU, nics []NIC, mt MachineType, opts CarveOptions) (*Carving, error) {
 	if err := checkMachineType(mt); err != nil {
 		return nil, err
 	}
@@ -206,7 +204,7 @@ func Carve(gpus []GPU, nics []NIC, mt config.MachineType, opts CarveOptions) (*C
 	if err != nil {
 		return nil, err
 	}
-	c := &Carving{MachineType: mt, Mode: cmp.Or(opts.Mode, config.ModeReady), byID: map[string]int{}}
+	c := &Carving{MachineType: mt, Mode: cmp.Or(opts.Mode, ModeReady), byID: map[string]int{}}
 
 	sorted := slices.Clone(gpus)
 	slices.SortStableFunc(sorted, func(a, b GPU) int { return strings.Compare(a.PCIAddress, b.PCIAddress) })
@@ -300,7 +298,7 @@ func shareHint(sharing bool) string {
 // checkMachineType returns an error wrapping ErrInvalidMachineType when mt
 // cannot be carved. It repeats the checks of config validation, so that a
 // caller that built mt by hand gets an error, not a strange carving.
-func checkMachineType(mt config.MachineType) error {
+func checkMachineType(mt MachineType) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w %q: %s", ErrInvalidMachineType, mt.Name, fmt.Sprintf(format, args...))
 	}
@@ -322,9 +320,9 @@ func checkMachineType(mt config.MachineType) error {
 // modeHealth returns whether units of a node in the given mode are healthy.
 func modeHealth(mode string) (bool, string, error) {
 	switch mode {
-	case "", config.ModeReady:
+	case "", ModeReady:
 		return true, "", nil
-	case config.ModeMaintenance, config.ModeNotReady:
+	case ModeMaintenance, ModeNotReady:
 		return false, "node pool mode is " + mode + ": no new allocations", nil
 	}
 	return false, "", fmt.Errorf("%w %q: want ready, maintenance or not-ready", ErrInvalidMode, mode)
@@ -338,7 +336,7 @@ func modeHealth(mode string) (bool, string, error) {
 // "NVIDIA-H100-80GB-HBM3" selects "NVIDIA H100 80GB HBM3"); Family matches a
 // case-insensitive substring of it ("H100", "MI250X"). A GPU whose product
 // is unknown matches only a spec with neither.
-func Matches(g *GPU, mtName string, spec config.GPUSpec) (ExclusionKind, string) {
+func Matches(g *GPU, mtName string, spec GPUSpec) (ExclusionKind, string) {
 	if string(g.Vendor) != spec.Type {
 		return ExcludedVendor, fmt.Sprintf("GPU %s is %s %s, machine type %s wants %s",
 			g.PCIAddress, g.Vendor, quoteProduct(g.Product), mtName, spec.Type)
@@ -366,7 +364,7 @@ func dashed(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "
 // exclude returns why g is in no unit of mt, or 0. A GPU of the right
 // vendor with problems is reported with them (they may be why its product
 // is unknown) rather than as a product mismatch.
-func exclude(g *GPU, mt config.MachineType) (ExclusionKind, string) {
+func exclude(g *GPU, mt MachineType) (ExclusionKind, string) {
 	kind, why := Matches(g, mt.Name, mt.GPU)
 	if kind == ExcludedVendor {
 		return kind, why

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
-func machineType(vendor string, count, nics int) config.MachineType {
-	return config.MachineType{Name: "compute-xlarge", GPU: config.GPUSpec{Type: vendor, Count: count}, NICsPerUnit: nics}
+func machineType(vendor string, count, nics int) MachineType {
+	return MachineType{Name: "compute-xlarge", GPU: GPUSpec{Type: vendor, Count: count}, NICsPerUnit: nics}
 }
 
 // checkUnits checks what must hold of every carving: units do not overlap,
@@ -124,24 +123,24 @@ func TestCarveExcludesMismatchingGPUs(t *testing.T) {
 	a100s := func(g mocksysfs.GPU) bool { return g.Model == "a100" }
 	for _, tc := range []struct {
 		name    string
-		spec    config.GPUSpec
+		spec    GPUSpec
 		carved  func(mocksysfs.GPU) bool
 		kind    ExclusionKind
 		because string // the reason of the first excluded GPU, %s its address
 	}{
-		{"family H100", config.GPUSpec{Type: "nvidia", Count: 2, Family: "H100"}, h100s, ExcludedProduct,
+		{"family H100", GPUSpec{Type: "nvidia", Count: 2, Family: "H100"}, h100s, ExcludedProduct,
 			"GPU %s is 'NVIDIA A100-SXM4-80GB', machine type compute-xlarge wants family H100"},
-		{"family in lower case", config.GPUSpec{Type: "nvidia", Count: 2, Family: "a100"}, a100s, ExcludedProduct,
+		{"family in lower case", GPUSpec{Type: "nvidia", Count: 2, Family: "a100"}, a100s, ExcludedProduct,
 			"GPU %s is 'NVIDIA H100 80GB HBM3', machine type compute-xlarge wants family a100"},
-		{"exact product", config.GPUSpec{Type: "nvidia", Count: 2, Product: "NVIDIA H100 80GB HBM3"}, h100s, ExcludedProduct,
+		{"exact product", GPUSpec{Type: "nvidia", Count: 2, Product: "NVIDIA H100 80GB HBM3"}, h100s, ExcludedProduct,
 			"GPU %s is 'NVIDIA A100-SXM4-80GB', machine type compute-xlarge wants product 'NVIDIA H100 80GB HBM3'"},
-		{"product as a node label", config.GPUSpec{Type: "nvidia", Count: 2, Product: "NVIDIA-A100-SXM4-80GB"}, a100s, ExcludedProduct,
+		{"product as a node label", GPUSpec{Type: "nvidia", Count: 2, Product: "NVIDIA-A100-SXM4-80GB"}, a100s, ExcludedProduct,
 			"GPU %s is 'NVIDIA H100 80GB HBM3', machine type compute-xlarge wants product 'NVIDIA-A100-SXM4-80GB'"},
-		{"another vendor", config.GPUSpec{Type: "amd", Count: 1}, func(mocksysfs.GPU) bool { return false }, ExcludedVendor,
+		{"another vendor", GPUSpec{Type: "amd", Count: 1}, func(mocksysfs.GPU) bool { return false }, ExcludedVendor,
 			"GPU %s is nvidia 'NVIDIA H100 80GB HBM3', machine type compute-xlarge wants amd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mt := config.MachineType{Name: "compute-xlarge", GPU: tc.spec, NICsPerUnit: 1}
+			mt := MachineType{Name: "compute-xlarge", GPU: tc.spec, NICsPerUnit: 1}
 			c, err := Carve(d.GPUs, nics, mt, CarveOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -346,7 +345,7 @@ func TestUnitIDsAreStable(t *testing.T) {
 	d1, nics1 := discoverNode(t, writeMock(t, spec))
 	d2, nics2 := discoverNode(t, writeMock(t, spec))
 	mt := machineType("nvidia", 2, 1)
-	ids := func(gpus []GPU, nics []NIC, mt config.MachineType) []string {
+	ids := func(gpus []GPU, nics []NIC, mt MachineType) []string {
 		c, err := Carve(gpus, nics, mt, CarveOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -377,7 +376,7 @@ func TestUnitIDsAreStable(t *testing.T) {
 	for _, id := range first {
 		seen[id] = true
 	}
-	for _, other := range []config.MachineType{machineType("nvidia", 2, 0), machineType("nvidia", 4, 1), machineType("nvidia", 1, 1)} {
+	for _, other := range []MachineType{machineType("nvidia", 2, 0), machineType("nvidia", 4, 1), machineType("nvidia", 1, 1)} {
 		for _, id := range ids(d1.GPUs, nics1, other) {
 			if seen[id] {
 				t.Errorf("machine type %+v reuses ID %s for another grouping", other, id)
@@ -388,15 +387,15 @@ func TestUnitIDsAreStable(t *testing.T) {
 
 func TestCarveRejectsBadInput(t *testing.T) {
 	for name, tc := range map[string]struct {
-		mt   config.MachineType
+		mt   MachineType
 		mode string
 		want error
 	}{
-		"no name":          {config.MachineType{GPU: config.GPUSpec{Type: "nvidia", Count: 1}}, "", ErrInvalidMachineType},
-		"intel":            {config.MachineType{Name: "x", GPU: config.GPUSpec{Type: "intel", Count: 1}}, "", ErrInvalidMachineType},
+		"no name":          {MachineType{GPU: GPUSpec{Type: "nvidia", Count: 1}}, "", ErrInvalidMachineType},
+		"intel":            {MachineType{Name: "x", GPU: GPUSpec{Type: "intel", Count: 1}}, "", ErrInvalidMachineType},
 		"zero count":       {machineType("nvidia", 0, 1), "", ErrInvalidMachineType},
 		"negative NICs":    {machineType("amd", 1, -1), "", ErrInvalidMachineType},
-		"product & family": {config.MachineType{Name: "x", GPU: config.GPUSpec{Type: "amd", Count: 1, Product: "a", Family: "b"}}, "", ErrInvalidMachineType},
+		"product & family": {MachineType{Name: "x", GPU: GPUSpec{Type: "amd", Count: 1, Product: "a", Family: "b"}}, "", ErrInvalidMachineType},
 		"bad mode":         {machineType("nvidia", 1, 1), "drained", ErrInvalidMode},
 	} {
 		t.Run(name, func(t *testing.T) {

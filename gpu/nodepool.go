@@ -2,8 +2,6 @@ package gpu
 
 import (
 	"fmt"
-
-	"github.com/slingshot-k8s/slingshot/agent/config"
 )
 
 // Assignment is what the node pool says about one node.
@@ -11,8 +9,8 @@ type Assignment struct {
 	// Node is the node's name.
 	Node string
 	// MachineType is the node's machine type.
-	MachineType config.MachineType
-	// Mode is config.ModeReady, ModeMaintenance or ModeNotReady.
+	MachineType MachineType
+	// Mode is ModeReady, ModeMaintenance or ModeNotReady.
 	Mode string
 	// ResourceName is the extended resource the units are advertised as,
 	// "<gpu.domain>/<machine type>", e.g. "hpe.com/compute-xlarge".
@@ -23,7 +21,7 @@ type Assignment struct {
 // ready. In maintenance and not-ready the units are advertised unhealthy, so
 // the kubelet allocates none of them; pods already running keep theirs
 // (health changes never evict).
-func (a Assignment) Schedulable() bool { return a.Mode == config.ModeReady }
+func (a Assignment) Schedulable() bool { return a.Mode == ModeReady }
 
 // ForNode returns the node pool entry of node in the GPU section of the
 // agent's configuration, with its machine type.
@@ -33,11 +31,11 @@ func (a Assignment) Schedulable() bool { return a.Mode == config.ModeReady }
 // An entry whose machine type is not defined wraps [ErrInvalidMachineType];
 // an unknown mode wraps [ErrInvalidMode] (config validation rejects both,
 // but a hand-built configuration may not have been validated).
-func ForNode(cfg config.GPU, node string) (Assignment, error) {
+func ForNode(cfg Config, node string) (Assignment, error) {
 	if node == "" {
 		return Assignment{}, fmt.Errorf("%w: the node name is empty; no machine type is advertised", ErrNotInNodePool)
 	}
-	var entry *config.NodePoolEntry
+	var entry *NodePoolEntry
 	for i := range cfg.NodePool {
 		if cfg.NodePool[i].Node == node {
 			entry = &cfg.NodePool[i]
@@ -61,7 +59,7 @@ func ForNode(cfg config.GPU, node string) (Assignment, error) {
 		}
 		domain := cfg.Domain
 		if domain == "" {
-			domain = config.Default().GPU.Domain
+			domain = DefaultDomain
 		}
 		return Assignment{Node: node, MachineType: mt, Mode: entry.Mode, ResourceName: domain + "/" + mt.Name}, nil
 	}

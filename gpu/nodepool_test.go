@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slingshot-k8s/slingshot/agent/config"
+	"sigs.k8s.io/yaml"
+
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
@@ -26,11 +27,23 @@ gpu:
   - {node: eriri, mode: not-ready, machineType: compute-medium}
 `
 
-func TestForNodeAndModes(t *testing.T) {
-	cfg, err := config.Parse([]byte(poolYAML))
-	if err != nil {
+// agentConfig is the part of the agent's configuration file that holds
+// the GPU section (agent/config embeds Config there).
+type agentConfig struct {
+	GPU Config `json:"gpu"`
+}
+
+func parsePool(t *testing.T) agentConfig {
+	t.Helper()
+	var cfg agentConfig
+	if err := yaml.UnmarshalStrict([]byte(poolYAML), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+func TestForNodeAndModes(t *testing.T) {
+	cfg := parsePool(t)
 	nvidia := writeMock(t, mocksysfs.Spec{NICs: 2, NUMANodes: 2, GPUs: 4})
 	amd := writeMock(t, mocksysfs.Spec{NICs: 2, NUMANodes: 2, GPUs: 2, GPUVendor: mocksysfs.AMD})
 	for _, tc := range []struct {
@@ -74,26 +87,23 @@ func TestForNodeAndModes(t *testing.T) {
 }
 
 func TestForNodeRefuses(t *testing.T) {
-	cfg, err := config.Parse([]byte(poolYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parsePool(t)
 	undefined := cfg.GPU
-	undefined.NodePool = []config.NodePoolEntry{{Node: "n1", Mode: config.ModeReady, MachineType: "gone"}}
+	undefined.NodePool = []NodePoolEntry{{Node: "n1", Mode: ModeReady, MachineType: "gone"}}
 	badMode := cfg.GPU
-	badMode.NodePool = []config.NodePoolEntry{{Node: "n1", Mode: "drained", MachineType: "compute-xlarge"}}
+	badMode.NodePool = []NodePoolEntry{{Node: "n1", Mode: "drained", MachineType: "compute-xlarge"}}
 	badType := cfg.GPU
-	badType.MachineTypes = []config.MachineType{{Name: "t", GPU: config.GPUSpec{Type: "nvidia", Count: 0}}}
-	badType.NodePool = []config.NodePoolEntry{{Node: "n1", Mode: config.ModeReady, MachineType: "t"}}
+	badType.MachineTypes = []MachineType{{Name: "t", GPU: GPUSpec{Type: "nvidia", Count: 0}}}
+	badType.NodePool = []NodePoolEntry{{Node: "n1", Mode: ModeReady, MachineType: "t"}}
 	for name, tc := range map[string]struct {
-		cfg      config.GPU
+		cfg      Config
 		node     string
 		want     error
 		mentions string
 	}{
 		"unknown node":         {cfg.GPU, "sayaka", ErrNotInNodePool, `"sayaka" is not listed`},
 		"empty node name":      {cfg.GPU, "", ErrNotInNodePool, "empty"},
-		"no node pool":         {config.Default().GPU, "michiru", ErrNotInNodePool, "0 entries"},
+		"no node pool":         {Config{Domain: DefaultDomain}, "michiru", ErrNotInNodePool, "0 entries"},
 		"undefined type":       {undefined, "n1", ErrInvalidMachineType, `"gone"`},
 		"bad mode":             {badMode, "n1", ErrInvalidMode, `"drained"`},
 		"type that cannot run": {badType, "n1", ErrInvalidMachineType, "count 0"},
@@ -108,9 +118,9 @@ func TestForNodeRefuses(t *testing.T) {
 }
 
 func TestForNodeDefaultDomain(t *testing.T) {
-	g := config.GPU{
-		MachineTypes: []config.MachineType{machineType("nvidia", 1, 0)},
-		NodePool:     []config.NodePoolEntry{{Node: "n", Mode: config.ModeMaintenance, MachineType: "compute-xlarge"}},
+	g := Config{
+		MachineTypes: []MachineType{machineType("nvidia", 1, 0)},
+		NodePool:     []NodePoolEntry{{Node: "n", Mode: ModeMaintenance, MachineType: "compute-xlarge"}},
 	}
 	a, err := ForNode(g, "n")
 	if err != nil || a.ResourceName != "hpe.com/compute-xlarge" || a.Schedulable() {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/slingshot-k8s/slingshot/gpu"
 )
 
 // ErrInvalid is matched by every validation error of [Parse].
@@ -106,59 +108,20 @@ type CDI struct {
 	SpecDir string `json:"specDir"`
 }
 
-// GPU configures GPU machine types, in the shape of the Imperator seed.
-type GPU struct {
-	// Domain prefixes the machine-type resource names. Default hpe.com.
-	Domain string `json:"domain"`
-	// MachineTypes offered by the cluster.
-	MachineTypes []MachineType `json:"machineTypes,omitempty"`
-	// NodePool assigns this cluster's nodes a machine type and a mode.
-	NodePool []NodePoolEntry `json:"nodePool,omitempty"`
-	// CDI names a unit's GPUs by the vendor's CDI devices
-	// (nvidia.com/gpu=..., amd.com/gpu=...), which the NVIDIA or AMD
-	// container toolkit's spec on the node must provide, instead of
-	// mapping device nodes. Default false.
-	CDI bool `json:"cdi,omitempty"`
-	// SelectBy names GPUs to the runtime by "index" (default) or "uuid".
-	SelectBy string `json:"selectBy,omitempty"`
-	// ShareNICs lets units share a NUMA node's NICs when there are fewer
-	// NICs than units need; by default such units are not offered.
-	ShareNICs bool `json:"shareNICs,omitempty"`
-}
-
-// MachineType is a bundle of GPUs offered as one unit.
-type MachineType struct {
-	Name   string  `json:"name"`
-	CPU    string  `json:"cpu,omitempty"`
-	Memory string  `json:"memory,omitempty"`
-	GPU    GPUSpec `json:"gpu"`
-	// NICsPerUnit is how many of the nearest Slingshot NICs each unit gets.
-	NICsPerUnit int `json:"nicsPerUnit"`
-}
-
-// GPUSpec selects the GPUs of a machine type.
-type GPUSpec struct {
-	// Type is the vendor: nvidia or amd.
-	Type  string `json:"type"`
-	Count int    `json:"count"`
-	// Product matches the GPU's product name exactly; Family matches a
-	// substring of it (e.g. "H100"). At most one of the two.
-	Product string `json:"product,omitempty"`
-	Family  string `json:"family,omitempty"`
-}
-
-// NodePoolEntry puts one node in a machine type and mode.
-type NodePoolEntry struct {
-	Node        string `json:"node"`
-	Mode        string `json:"mode"`
-	MachineType string `json:"machineType"`
-}
+// GPU configures GPU machine types; the types live in package gpu, which
+// uses them, and are named here so that the file's shape reads in one place.
+type (
+	GPU           = gpu.Config
+	MachineType   = gpu.MachineType
+	GPUSpec       = gpu.GPUSpec
+	NodePoolEntry = gpu.NodePoolEntry
+)
 
 // Node pool modes.
 const (
-	ModeReady       = "ready"
-	ModeMaintenance = "maintenance"
-	ModeNotReady    = "not-ready"
+	ModeReady       = gpu.ModeReady
+	ModeMaintenance = gpu.ModeMaintenance
+	ModeNotReady    = gpu.ModeNotReady
 )
 
 // Duration is a time.Duration written as "2s" in YAML.
@@ -192,7 +155,7 @@ func Default() Config {
 		PodResources: PodResources{PollInterval: Duration{time.Second}},
 		Health:       Health{PollInterval: Duration{10 * time.Second}},
 		CDI:          CDI{Enabled: &enabled, SpecDir: "/var/run/cdi"},
-		GPU:          GPU{Domain: "hpe.com"},
+		GPU:          GPU{Domain: gpu.DefaultDomain},
 	}
 }
 
@@ -289,11 +252,11 @@ func (c *Config) Validate() error {
 	if c.CDIEnabled() && !strings.HasPrefix(c.CDI.SpecDir, "/") {
 		bad("cdi.specDir", "%q is not an absolute path", c.CDI.SpecDir)
 	}
-	errs = append(errs, c.GPU.validate()...)
+	errs = append(errs, validateGPU(&c.GPU)...)
 	return errors.Join(errs...)
 }
 
-func (g *GPU) validate() []error {
+func validateGPU(g *GPU) []error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
@@ -347,19 +310,4 @@ func (g *GPU) validate() []error {
 		}
 	}
 	return errs
-}
-
-// NodeEntry returns the node pool entry of a node, if any.
-func (g *GPU) NodeEntry(node string) (NodePoolEntry, MachineType, bool) {
-	for _, e := range g.NodePool {
-		if e.Node != node {
-			continue
-		}
-		for _, mt := range g.MachineTypes {
-			if mt.Name == e.MachineType {
-				return e, mt, true
-			}
-		}
-	}
-	return NodePoolEntry{}, MachineType{}, false
 }
