@@ -8,29 +8,33 @@ type Op uint32
 // The op codes of the service commands (values of the C enum) and its
 // bounds. The driver rejects op <= OpInvalid or op >= OpMax with EINVAL.
 const (
-	OpInvalid     Op = 0
-	OpLNIAlloc    Op = 1
-	OpSvcListGet  Op = 27
-	OpSvcAlloc    Op = 28
-	OpSvcDestroy  Op = 29
-	OpSvcUpdate   Op = 44
-	OpSvcGet      Op = 45
-	OpSvcEnable   Op = 80
-	OpSvcSetNetns Op = 84
-	OpSvcGetNetns Op = 85
-	OpMax         Op = 110
+	OpInvalid        Op = 0
+	OpLNIAlloc       Op = 1
+	OpSvcListGet     Op = 27
+	OpSvcAlloc       Op = 28
+	OpSvcDestroy     Op = 29
+	OpSvcUpdate      Op = 44
+	OpSvcGet         Op = 45
+	OpSvcEnable      Op = 80
+	OpSvcSetVNIRange Op = 81
+	OpSvcGetVNIRange Op = 82
+	OpSvcSetNetns    Op = 84
+	OpSvcGetNetns    Op = 85
+	OpMax            Op = 110
 )
 
 var opNames = map[Op]string{
-	OpLNIAlloc:    "LNI_ALLOC",
-	OpSvcListGet:  "SVC_LIST_GET",
-	OpSvcAlloc:    "SVC_ALLOC",
-	OpSvcDestroy:  "SVC_DESTROY",
-	OpSvcUpdate:   "SVC_UPDATE",
-	OpSvcGet:      "SVC_GET",
-	OpSvcEnable:   "SVC_ENABLE",
-	OpSvcSetNetns: "SVC_SET_NETNS",
-	OpSvcGetNetns: "SVC_GET_NETNS",
+	OpLNIAlloc:       "LNI_ALLOC",
+	OpSvcListGet:     "SVC_LIST_GET",
+	OpSvcAlloc:       "SVC_ALLOC",
+	OpSvcDestroy:     "SVC_DESTROY",
+	OpSvcUpdate:      "SVC_UPDATE",
+	OpSvcGet:         "SVC_GET",
+	OpSvcEnable:      "SVC_ENABLE",
+	OpSvcSetVNIRange: "SVC_SET_VNI_RANGE",
+	OpSvcGetVNIRange: "SVC_GET_VNI_RANGE",
+	OpSvcSetNetns:    "SVC_SET_NETNS",
+	OpSvcGetNetns:    "SVC_GET_NETNS",
 }
 
 // String returns the driver's name of the command, e.g. "SVC_ALLOC".
@@ -61,6 +65,8 @@ const (
 	SvcSetNetnsCmdSize = 12 // struct cxi_svc_set_netns_cmd (no response)
 	SvcGetNetnsCmdSize = 24 // struct cxi_svc_get_netns_cmd
 	ValueRespSize      = 4  // struct cxi_svc_get_value_resp
+	SvcVNIRangeCmdSize = 32 // struct cxi_svc_vni_range_cmd, for SET and GET
+	VNIRangeRespSize   = 8  // struct cxi_svc_get_vni_range_resp
 
 	offAllocDesc   = 16
 	offAllocFail   = 4
@@ -69,6 +75,8 @@ const (
 	offEnable      = 20
 	offNoRespSvcID = 4 // svc_id of the commands laid out {op, svc_id}
 	offNetns       = 8
+	offVNIMin      = 20
+	offVNIMax      = 24
 )
 
 // CmdSize returns the exact length of the command op, for the service
@@ -89,6 +97,8 @@ func CmdSize(op Op) (size int, ok bool) {
 		return SvcSetNetnsCmdSize, true
 	case OpSvcGetNetns:
 		return SvcGetNetnsCmdSize, true
+	case OpSvcSetVNIRange, OpSvcGetVNIRange:
+		return SvcVNIRangeCmdSize, true
 	}
 	return 0, false
 }
@@ -363,4 +373,67 @@ func DecodeValueResp(b []byte) (ValueResp, error) {
 		return ValueResp{}, fmt.Errorf("decode value response: %w: %d bytes, want %d", ErrSize, len(b), ValueRespSize)
 	}
 	return ValueResp{Value: le.Uint32(b)}, nil
+}
+
+// SvcVNIRangeCmd is struct cxi_svc_vni_range_cmd (32 bytes), which both
+// SVC_SET_VNI_RANGE and SVC_GET_VNI_RANGE send. SET gives a service that
+// was allocated with restricted_vnis=0 the VNIs VNIMin to VNIMax (a
+// power-of-two count, VNIMin a multiple of it) and writes no response; GET
+// ignores VNIMin and VNIMax and answers a [VNIRangeResp].
+type SvcVNIRangeCmd struct {
+	// Op is OpSvcSetVNIRange or OpSvcGetVNIRange.
+	Op             Op
+	SvcID          uint32
+	VNIMin, VNIMax uint32
+}
+
+// MarshalBinary encodes the command with a nil response pointer. The
+// error wraps ErrOp when Op is neither VNI-range command.
+func (c SvcVNIRangeCmd) MarshalBinary() ([]byte, error) {
+	if c.Op != OpSvcSetVNIRange && c.Op != OpSvcGetVNIRange {
+		return nil, fmt.Errorf("encode VNI range command: %w %s", ErrOp, c.Op)
+	}
+	b := header(c.Op, SvcVNIRangeCmdSize)
+	le.PutUint32(b[offCmdSvcID:], c.SvcID)
+	le.PutUint32(b[offVNIMin:], c.VNIMin)
+	le.PutUint32(b[offVNIMax:], c.VNIMax)
+	return b, nil
+}
+
+// DecodeSvcVNIRange decodes an SVC_SET_VNI_RANGE or SVC_GET_VNI_RANGE
+// command.
+func DecodeSvcVNIRange(b []byte) (SvcVNIRangeCmd, error) {
+	op, err := PeekOp(b)
+	if err != nil {
+		return SvcVNIRangeCmd{}, err
+	}
+	if op != OpSvcGetVNIRange {
+		op = OpSvcSetVNIRange // check names the op it wanted
+	}
+	if err := check(b, op, SvcVNIRangeCmdSize); err != nil {
+		return SvcVNIRangeCmd{}, err
+	}
+	return SvcVNIRangeCmd{Op: op, SvcID: le.Uint32(b[offCmdSvcID:]),
+		VNIMin: le.Uint32(b[offVNIMin:]), VNIMax: le.Uint32(b[offVNIMax:])}, nil
+}
+
+// VNIRangeResp is struct cxi_svc_get_vni_range_resp (8 bytes).
+type VNIRangeResp struct {
+	VNIMin, VNIMax uint32
+}
+
+// MarshalBinary encodes the response.
+func (r VNIRangeResp) MarshalBinary() ([]byte, error) {
+	b := make([]byte, VNIRangeRespSize)
+	le.PutUint32(b, r.VNIMin)
+	le.PutUint32(b[4:], r.VNIMax)
+	return b, nil
+}
+
+// DecodeVNIRangeResp decodes an SVC_GET_VNI_RANGE response.
+func DecodeVNIRangeResp(b []byte) (VNIRangeResp, error) {
+	if len(b) != VNIRangeRespSize {
+		return VNIRangeResp{}, fmt.Errorf("decode %s response: %w: %d bytes, want %d", OpSvcGetVNIRange, ErrSize, len(b), VNIRangeRespSize)
+	}
+	return VNIRangeResp{VNIMin: le.Uint32(b), VNIMax: le.Uint32(b[4:])}, nil
 }

@@ -225,3 +225,27 @@ func (d *Device) GetNetns(id uint32) (uint32, error) {
 	r, err := DecodeValueResp(resp)
 	return r.Value, err
 }
+
+// SetVNIRange sends SVC_SET_VNI_RANGE: service id, allocated with
+// restricted_vnis=0 and disabled until now, gets the VNIs vniMin to vniMax
+// as one TX/RX profile; enable it afterwards. The error wraps EINVAL for a
+// service with restricted VNIs, an unknown ID or a range that is not a
+// power-of-two count aligned to its size, and EEXIST when the range
+// overlaps a VNI or range of any service (the default one included).
+func (d *Device) SetVNIRange(id, vniMin, vniMax uint32) error {
+	cmd, _ := SvcVNIRangeCmd{Op: OpSvcSetVNIRange, SvcID: id, VNIMin: vniMin, VNIMax: vniMax}.MarshalBinary()
+	return d.call(OpSvcSetVNIRange, cmd)
+}
+
+// GetVNIRange sends SVC_GET_VNI_RANGE and returns the service's VNI range.
+// The error wraps EINVAL for an unknown ID or a service with restricted
+// VNIs or no range, and ENOENT when setting its range failed.
+func (d *Device) GetVNIRange(id uint32) (vniMin, vniMax uint32, err error) {
+	cmd, _ := SvcVNIRangeCmd{Op: OpSvcGetVNIRange, SvcID: id}.MarshalBinary()
+	resp := make([]byte, VNIRangeRespSize)
+	if err := d.call(OpSvcGetVNIRange, cmd, userPtr{RespOffset, resp}); err != nil {
+		return 0, 0, err
+	}
+	r, err := DecodeVNIRangeResp(resp)
+	return r.VNIMin, r.VNIMax, err
+}

@@ -110,14 +110,22 @@ func FuzzDecodeSvcGetNetns(f *testing.F) {
 	})
 }
 
+func FuzzDecodeSvcVNIRange(f *testing.F) {
+	seed(f, "set_vni_range", "get_vni_range")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip(t, b, SvcVNIRangeCmdSize, DecodeSvcVNIRange)
+	})
+}
+
 // FuzzDecodeResponses covers the response decoders and the service-list
 // decoder, which the same bytes exercise at different sizes.
 func FuzzDecodeResponses(f *testing.F) {
-	seed(f, "alloc_resp", "list_resp", "value_resp", "fail_info", "svc_desc")
+	seed(f, "alloc_resp", "list_resp", "value_resp", "fail_info", "svc_desc", "vni_range_resp")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		roundTrip(t, b, SvcAllocRespSize, DecodeSvcAllocResp)
 		roundTrip(t, b, SvcListGetRespSize, DecodeSvcListGetResp)
 		roundTrip(t, b, ValueRespSize, DecodeValueResp)
+		roundTrip(t, b, VNIRangeRespSize, DecodeVNIRangeResp)
 		roundTrip(t, b, FailInfoSize, func(b []byte) (FailInfo, error) {
 			var fi FailInfo
 			err := fi.UnmarshalBinary(b)

@@ -94,6 +94,9 @@ func TestGoldenEncoding(t *testing.T) {
 		{"set_netns", SvcSetNetnsCmd{SvcID: 12, Netns: 4026532000}, SvcSetNetnsCmdSize},
 		{"get_netns", SvcGetNetnsCmd{SvcID: 13}, SvcGetNetnsCmdSize},
 		{"value_resp", ValueResp{Value: 4026532000}, ValueRespSize},
+		{"set_vni_range", SvcVNIRangeCmd{Op: OpSvcSetVNIRange, SvcID: 14, VNIMin: 64, VNIMax: 127}, SvcVNIRangeCmdSize},
+		{"get_vni_range", SvcVNIRangeCmd{Op: OpSvcGetVNIRange, SvcID: 15}, SvcVNIRangeCmdSize},
+		{"vni_range_resp", VNIRangeResp{VNIMin: 4096, VNIMax: 8191}, VNIRangeRespSize},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,6 +184,21 @@ func TestGoldenDecoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name, want := range map[string]SvcVNIRangeCmd{
+		"set_vni_range": {Op: OpSvcSetVNIRange, SvcID: 14, VNIMin: 64, VNIMax: 127},
+		"get_vni_range": {Op: OpSvcGetVNIRange, SvcID: 15},
+	} {
+		got, err := DecodeSvcVNIRange(golden[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name, got, want)
+	}
+	rr, err := DecodeVNIRangeResp(golden["vni_range_resp"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("vni_range_resp", rr, VNIRangeResp{VNIMin: 4096, VNIMax: 8191})
 	var fi FailInfo
 	if err := fi.UnmarshalBinary(golden["fail_info"]); err != nil {
 		t.Fatal(err)
@@ -251,12 +269,13 @@ func TestDescFieldOffsets(t *testing.T) {
 func TestCommandLayout(t *testing.T) {
 	// Offsets of the fields the driver reads, from gcc's offsetof.
 	if RespOffset != 8 || ListOffset != 24 || offAllocDesc != 16 || offListCount != 16 ||
-		offCmdSvcID != 16 || offEnable != 20 || offNoRespSvcID != 4 || offNetns != 8 || offAllocFail != 4 {
+		offCmdSvcID != 16 || offEnable != 20 || offNoRespSvcID != 4 || offNetns != 8 || offAllocFail != 4 ||
+		offVNIMin != 20 || offVNIMax != 24 {
 		t.Fatal("a command field offset changed")
 	}
 	for op, want := range map[Op]int{
 		OpSvcAlloc: 88, OpSvcDestroy: 8, OpSvcListGet: 32, OpSvcGet: 24,
-		OpSvcEnable: 24, OpSvcSetNetns: 12, OpSvcGetNetns: 24,
+		OpSvcEnable: 24, OpSvcSetNetns: 12, OpSvcGetNetns: 24, OpSvcSetVNIRange: 32, OpSvcGetVNIRange: 32,
 	} {
 		if got, ok := CmdSize(op); !ok || got != want {
 			t.Errorf("CmdSize(%s) = %d, %v; want %d", op, got, ok, want)
@@ -268,7 +287,7 @@ func TestCommandLayout(t *testing.T) {
 	// Op codes as computed from the C enum.
 	for op, want := range map[Op]uint32{
 		OpSvcListGet: 27, OpSvcAlloc: 28, OpSvcDestroy: 29, OpSvcUpdate: 44, OpSvcGet: 45,
-		OpSvcEnable: 80, OpSvcSetNetns: 84, OpSvcGetNetns: 85, OpMax: 110,
+		OpSvcEnable: 80, OpSvcSetVNIRange: 81, OpSvcGetVNIRange: 82, OpSvcSetNetns: 84, OpSvcGetNetns: 85, OpMax: 110,
 	} {
 		if uint32(op) != want {
 			t.Errorf("%s = %d, want %d", op, uint32(op), want)
@@ -294,6 +313,13 @@ func TestDecodeRejects(t *testing.T) {
 		{"peek empty", ErrSize, func() error { _, err := PeekOp(nil); return err }},
 		{"cntr pool 4", ErrRange, func() error { _, err := SvcDesc{CntrPoolID: 4}.MarshalBinary(); return err }},
 		{"alloc cntr pool 9", ErrRange, func() error { _, err := SvcAllocCmd{Desc: SvcDesc{CntrPoolID: 9}}.MarshalBinary(); return err }},
+		{"vni range wrong op", ErrOp, func() error {
+			b := append([]byte{}, golden["set_vni_range"]...)
+			b[0] = byte(OpSvcGet)
+			_, err := DecodeSvcVNIRange(b)
+			return err
+		}},
+		{"encode vni range with another op", ErrOp, func() error { _, err := SvcVNIRangeCmd{Op: OpSvcGet}.MarshalBinary(); return err }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
