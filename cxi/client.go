@@ -88,7 +88,9 @@ func NewClient(dev Device, opts ...Option) *Client {
 //
 // Errors wrap ErrInvalidSpec (nothing was sent), or are an *AllocError
 // matching ErrNoResources (ENOSPC, with the driver's fail info), or wrap
-// the driver's errno (EPERM without CAP_SYS_ADMIN or on a VF).
+// ErrExists (EEXIST: a VNI in another service's VNI range, or the netns
+// already admitted), or wrap the driver's errno (EPERM without
+// CAP_SYS_ADMIN or on a VF).
 func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) {
 	if err := spec.Validate(); err != nil {
 		return Service{}, err
@@ -105,10 +107,11 @@ func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) 
 		if errors.Is(err, syscall.ENOSPC) {
 			return Service{}, fmt.Errorf("create service: %w", &AllocError{Fail: fail, Err: err})
 		}
-		return Service{}, fmt.Errorf("create service: %w", err)
+		return Service{}, fmt.Errorf("create service: %w", classify(err))
 	}
 	svc, err := c.finish(id, spec)
 	if err != nil {
+		err = classify(err)
 		if derr := c.dev.DestroyService(id); derr != nil {
 			c.log.Warn("cannot destroy half-created CXI service", "svc_id", id, "err", derr)
 			err = errors.Join(err, fmt.Errorf("destroy half-created service %d: %w", id, derr))

@@ -300,6 +300,53 @@ func TestCreateDriverRules(t *testing.T) {
 	}
 }
 
+// TestCreateOverlappingAVNIRangeIsErrExists: another tool (cxi_service,
+// a workload manager) holds the VNI range 1024-2047. The driver refuses a
+// service with a VNI inside it with EEXIST, which Create reports as
+// ErrExists; two services may still share an exact VNI.
+func TestCreateOverlappingAVNIRangeIsErrExists(t *testing.T) {
+	tests := []struct {
+		name    string
+		spec    ServiceSpec
+		wantErr bool
+	}{
+		{"inside the range", uidSpec(1500), true},
+		{"the range's first VNI, after one outside", netnsSpec(3000, 1024), true},
+		{"outside the range", uidSpec(3000), false},
+		{"an exact VNI another service has", uidSpec(2048), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dev := newSim(t, t.TempDir(), sim.Options{NoSync: true})
+			rangeDesc := uapi.SvcDesc{RestrictedMembers: true, ResourceLimits: true}
+			rangeDesc.Members[0] = uapi.SvcMember{Type: uapi.MemberUID, ID: 2000}
+			id, _, err := dev.AllocService(rangeDesc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.SetVNIRange(id, 1024, 2047); err != nil {
+				t.Fatal(err)
+			}
+			c := NewClient(dev)
+			mustCreate(t, c, uidSpec(2048))
+			before, _ := s.Services()
+			_, err = c.Create(t.Context(), tc.spec)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("Create: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrExists) || !errors.Is(err, unix.EEXIST) || errors.Is(err, ErrNoResources) {
+				t.Fatalf("Create: %v, want ErrExists wrapping EEXIST", err)
+			}
+			if after, _ := s.Services(); len(after) != len(before) {
+				t.Fatalf("a refused Create left %d services, had %d", len(after), len(before))
+			}
+		})
+	}
+}
+
 func netnsSpecFor(vni uint16, inode uint32) ServiceSpec {
 	s := netnsSpec(vni)
 	s.Members = []Member{{MemberNetNS, inode}}

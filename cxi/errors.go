@@ -3,6 +3,7 @@ package cxi
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 )
@@ -22,7 +23,23 @@ var (
 	ErrNotFound = errors.New("no such service")
 	// ErrDefaultService: the default service cannot be destroyed.
 	ErrDefaultService = errors.New("the default service cannot be destroyed")
+	// ErrExists: the driver refused with EEXIST, because of another
+	// service or member already there. Creating a service gets it when a
+	// VNI of the spec lies in another service's VNI range (two services
+	// may share an exact VNI, but a range may overlap nothing, the
+	// default service's VNIs 1 and 10 included), or when the netns is
+	// already admitted. The driver's EEXIST stays in the chain.
+	ErrExists = errors.New("conflicts with an existing service")
 )
+
+// classify marks the driver errors that callers handle by kind with this
+// package's sentinel, keeping the errno in the chain.
+func classify(err error) error {
+	if errors.Is(err, syscall.EEXIST) && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("%w: %w", ErrExists, err)
+	}
+	return err
+}
 
 // AllocError is the error of a SVC_ALLOC that failed with ENOSPC, with
 // the driver's account of what was missing. It matches ErrNoResources and

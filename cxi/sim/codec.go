@@ -25,6 +25,7 @@ type serviceRecord struct {
 	TLEPool     int         `json:"tle_pool,omitempty"`
 	OwnsTLEPool bool        `json:"owns_tle_pool,omitempty"`
 	Profiles    int         `json:"profiles,omitempty"`
+	Range       *vniAttr    `json:"range,omitempty"`
 	RMU         int         `json:"rmu,omitempty"`
 }
 
@@ -73,6 +74,9 @@ func (s *service) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `,"owns_tle_pool":`...)
 	b = strconv.AppendBool(b, s.OwnsTLEPool)
 	b = appendInt(b, "profiles", s.Profiles)
+	if r := s.Range; r != nil {
+		b = fmt.Appendf(b, `,"range":{"match":%d,"ignore":%d}`, r.Match, r.Ignore)
+	}
 	b = appendInt(b, "rmu", s.RMU)
 	return append(b, '}'), nil
 }
@@ -136,7 +140,7 @@ func (s *service) UnmarshalJSON(b []byte) error {
 	}
 	*s = service{
 		Name: r.Name, LNIs: r.LNIs, LNIsPerRGID: r.LNIsPerRGID, ACL: r.ACL, LEPool: r.LEPool,
-		TLEPool: r.TLEPool, OwnsTLEPool: r.OwnsTLEPool, Profiles: r.Profiles, RMU: r.RMU,
+		TLEPool: r.TLEPool, OwnsTLEPool: r.OwnsTLEPool, Profiles: r.Profiles, Range: r.Range, RMU: r.RMU,
 	}
 	for _, ids := range []*[]uint32{&s.ACL.UIDs, &s.ACL.GIDs, &s.ACL.NetNS} {
 		if len(*ids) == 0 {
@@ -170,6 +174,9 @@ func (st *state) check() error {
 		}
 		if s.LNIs < 0 || s.Profiles < 0 || s.Profiles > uapi.MaxVNIs || s.RMU < 0 || s.RMU > s.Profiles {
 			return fmt.Errorf("service %d: bad counts", s.Desc.SvcID)
+		}
+		if r := s.Range; r != nil && (s.Desc.RestrictedVNIs || s.Profiles != 1 || r.Ignore&(r.Ignore+1) != 0 || r.Match&r.Ignore != 0) {
+			return fmt.Errorf("service %d: bad VNI range", s.Desc.SvcID)
 		}
 		rmu += s.RMU
 		if s.OwnsTLEPool {
@@ -217,6 +224,10 @@ func (s *service) clone() *service {
 	c.ACL.UIDs = slices.Clone(s.ACL.UIDs)
 	c.ACL.GIDs = slices.Clone(s.ACL.GIDs)
 	c.ACL.NetNS = slices.Clone(s.ACL.NetNS)
+	if s.Range != nil {
+		r := *s.Range
+		c.Range = &r
+	}
 	for t, e := range s.Rsrc {
 		if e != nil {
 			l := *e

@@ -29,6 +29,14 @@ func sampleState(t testing.TB) *state {
 	}
 	st.find(id).ACL.NetNS = []uint32{4026532000, 4026532001}
 	st.find(id).LNIs = 2
+	r := podDesc()
+	r.RestrictedVNIs = false
+	if id, _, errno = st.alloc(r, "user"); errno != 0 {
+		t.Fatal(errno)
+	}
+	if _, errno := st.setVNIRange(id, 64, 127); errno != 0 {
+		t.Fatal(errno)
+	}
 	return st
 }
 
@@ -55,9 +63,12 @@ func TestStateCodecRoundTrip(t *testing.T) {
 		t.Fatalf("json.Marshal round trip: %v", err)
 	}
 	c := st.clone()
-	c.Services[1].ACL.GIDs[0] = 99
-	c.Services[1].Rsrc[uapi.RsrcLE].Res = 1
-	if st.Services[1].ACL.GIDs[0] != 7 || st.Services[1].Rsrc[uapi.RsrcLE].Res != 10 {
+	quoted, ranged := 1, len(st.Services)-1
+	c.Services[quoted].ACL.GIDs[0] = 99
+	c.Services[quoted].Rsrc[uapi.RsrcLE].Res = 1
+	c.Services[ranged].Range.Ignore = 0
+	if st.Services[quoted].ACL.GIDs[0] != 7 || st.Services[quoted].Rsrc[uapi.RsrcLE].Res != 10 ||
+		st.Services[ranged].Range.Ignore != 63 {
 		t.Fatal("clone shares memory with the original")
 	}
 }

@@ -141,6 +141,7 @@ func (d *Device) Write(cmd []byte) (int, error) {
 // adminOnly lists the modelled commands that need CAP_SYS_ADMIN on a PF.
 var adminOnly = map[uapi.Op]bool{
 	uapi.OpSvcAlloc: true, uapi.OpSvcDestroy: true, uapi.OpSvcEnable: true, uapi.OpSvcSetNetns: true,
+	uapi.OpSvcSetVNIRange: true,
 }
 
 // noHandler lists the op codes the driver's command table leaves empty
@@ -227,6 +228,18 @@ func (d *Device) dispatch(raw []byte) error {
 			return st.setNetns(c.SvcID, c.Netns)
 		})
 
+	case uapi.OpSvcSetVNIRange:
+		c, err := uapi.DecodeSvcVNIRange(cmd)
+		if err != nil {
+			return syscall.EINVAL
+		}
+		return d.update(func(st *state) (bool, syscall.Errno) {
+			return st.setVNIRange(c.SvcID, c.VNIMin, c.VNIMax)
+		})
+
+	case uapi.OpSvcGetVNIRange:
+		return d.getVNIRange(cmd)
+
 	case uapi.OpSvcGet:
 		c, err := uapi.DecodeSvcGet(cmd)
 		if err != nil {
@@ -290,6 +303,24 @@ func (d *Device) dispatch(raw []byte) error {
 		return errOrNil(copyToUser(cmd, uapi.ListOffset, list))
 	}
 	return syscall.EOPNOTSUPP
+}
+
+// getVNIRange answers SVC_GET_VNI_RANGE.
+func (d *Device) getVNIRange(cmd []byte) error {
+	c, err := uapi.DecodeSvcVNIRange(cmd)
+	if err != nil {
+		return syscall.EINVAL
+	}
+	var r uapi.VNIRangeResp
+	err = d.view(func(st *state) (errno syscall.Errno) {
+		r.VNIMin, r.VNIMax, errno = st.getVNIRange(c.SvcID)
+		return errno
+	})
+	if err != nil {
+		return err
+	}
+	b, _ := r.MarshalBinary()
+	return errOrNil(copyToUser(cmd, uapi.RespOffset, b))
 }
 
 func errOrNil(errno syscall.Errno) error {

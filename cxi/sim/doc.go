@@ -26,16 +26,22 @@
 // (pool 0 is shared by every service reserving none); running out gives
 // ENOSPC with fail info. A service with restricted_vnis=1 is enabled at
 // once, each VNI taking one of the 256 RMU VNI-list entries (ENOSPC when
-// they run out); restricted_vnis=0 leaves it disabled. Destroy and enable
+// they run out); restricted_vnis=0 leaves it disabled until
+// SVC_SET_VNI_RANGE gives it a range (a power-of-two count of VNIs aligned
+// to it; EINVAL otherwise) and it is enabled. Every VNI and range is a
+// TX/RX profile, and a new profile that overlaps an existing one is EEXIST
+// unless both are single VNIs (vni_overlap_test): services may share an
+// exact VNI, but no range may overlap another service's VNI or range, the
+// disabled default service's VNIs 1 and 10 included. Destroy and enable
 // give EBUSY while LNIs use the service ([Device.SetInUse] stands in for
 // LNIs). SVC_SET_NETNS gives EEXIST when the service has uid, gid or open
 // members or already has that namespace, EBUSY while it is enabled, EBADR
 // for inode 0xffffffff; SVC_GET_NETNS gives EINVAL when there is none and
 // otherwise the lowest inode.
 //
-// Commands the simulation does not model (LNI allocation, SVC_UPDATE, VNI
-// ranges, exclusive CP, LPR, resource-use queries, everything outside
-// services) fail with EOPNOTSUPP.
+// Commands the simulation does not model (LNI allocation, SVC_UPDATE,
+// exclusive CP, LPR, resource-use queries, everything outside services)
+// fail with EOPNOTSUPP.
 //
 // # State
 //

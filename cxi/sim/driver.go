@@ -62,6 +62,9 @@ type service struct {
 	// Profiles is the number of TX/RX profile pairs (one per restricted
 	// VNI; none until a VNI range is set otherwise).
 	Profiles int `json:"profiles"`
+	// Range is the VNI range of a service with restricted_vnis=0, once
+	// SVC_SET_VNI_RANGE has set it; nil otherwise.
+	Range *vniAttr `json:"range,omitempty"`
 	// RMU is the number of RMU VNI-list entries its enabled RX profiles hold.
 	RMU int `json:"rmu"`
 }
@@ -225,6 +228,50 @@ func buildACL(d *uapi.SvcDesc) (acl, syscall.Errno) {
 	return a, 0
 }
 
+// vniAttr is a TX/RX profile's VNI match (struct cxi_rxtx_vni_attr): the
+// VNIs v with v&^Ignore == Match&^Ignore. A restricted VNI is Ignore 0;
+// the range [min, min+2^k-1] is Match min, Ignore 2^k-1.
+type vniAttr struct {
+	Match  uint16 `json:"match"`
+	Ignore uint16 `json:"ignore"`
+}
+
+// overlaps is vni_overlap: some VNI satisfies both.
+func (a vniAttr) overlaps(b vniAttr) bool {
+	ignore := a.Ignore | b.Ignore
+	return a.Match&^ignore == b.Match&^ignore
+}
+
+// profiles returns the VNI attributes of the service's TX/RX profiles.
+func (s *service) profiles() []vniAttr {
+	if s.Range != nil {
+		return []vniAttr{*s.Range}
+	}
+	out := make([]vniAttr, 0, s.Profiles)
+	for _, v := range s.Desc.VNIs[:min(s.Profiles, uapi.MaxVNIs)] {
+		out = append(out, vniAttr{Match: v})
+	}
+	return out
+}
+
+// checkUnique is vni_overlap_test over the device's profile list, which
+// cxi_dev_alloc_tx_profile and _rx_profile run for every new profile: it
+// refuses (EEXIST) a profile that overlaps an existing one unless both are
+// exact VNIs (ignore 0), so services may share a VNI (a WLM job VNI) but
+// no range may overlap anything. Every service's profiles count, enabled
+// or not, the default service's VNIs 1 and 10 included; profiles with VNI
+// 0 (configfs placeholders) do not.
+func (st *state) checkUnique(a vniAttr) syscall.Errno {
+	for _, s := range st.Services {
+		for _, p := range s.profiles() {
+			if p.Match != 0 && p.overlaps(a) && (p.Ignore != 0 || a.Ignore != 0) {
+				return syscall.EEXIST
+			}
+		}
+	}
+	return 0
+}
+
 // alloc is cxi_svc_alloc: the new service's ID, or the errno and the fail
 // info the driver copies back with it.
 func (st *state) alloc(desc uapi.SvcDesc, name string) (uint32, uapi.FailInfo, syscall.Errno) {
@@ -242,7 +289,12 @@ func (st *state) alloc(desc uapi.SvcDesc, name string) (uint32, uapi.FailInfo, s
 		return 0, fail, errno
 	}
 	svc.ACL = a
-	if desc.RestrictedVNIs {
+	if desc.RestrictedVNIs { // alloc_rxtx_profiles, before the resources
+		for _, v := range desc.VNIs[:desc.NumVldVNIs] {
+			if errno := st.checkUnique(vniAttr{Match: v}); errno != 0 {
+				return 0, fail, errno
+			}
+		}
 		svc.Profiles = int(desc.NumVldVNIs)
 	}
 	if errno := st.reserve(svc, &fail); errno != 0 {
@@ -414,6 +466,49 @@ func (st *state) setNetns(id, netns uint32) (changed bool, errno syscall.Errno) 
 		return true, syscall.ENODATA
 	}
 	return true, 0
+}
+
+// setVNIRange is cxi_svc_set_vni_range. changed reports that the service
+// was changed, which happens even when the profile is refused: the driver
+// sets num_vld_vnis to 1 first, so the service cannot be enabled until a
+// range is accepted.
+//
+// The driver allocates a new profile on every call and overwrites its
+// pointer to the last one; the simulation replaces the range instead (a
+// second call is not a use the driver supports).
+func (st *state) setVNIRange(id, vniMin, vniMax uint32) (changed bool, errno syscall.Errno) {
+	svc := st.find(id)
+	if svc == nil || svc.Desc.RestrictedVNIs || !validVNI(vniMin) || !validVNI(vniMax) || vniMax < vniMin {
+		return false, syscall.EINVAL
+	}
+	n := vniMax - vniMin + 1
+	if n&(n-1) != 0 || vniMin&(n-1) != 0 { // a power of two, aligned
+		return false, syscall.EINVAL
+	}
+	svc.Desc.NumVldVNIs = 1
+	attr := vniAttr{Match: uint16(vniMin), Ignore: uint16(n - 1)}
+	if errno := st.checkUnique(attr); errno != 0 {
+		svc.Profiles, svc.Range = 0, nil
+		return true, errno
+	}
+	svc.Profiles, svc.Range = 1, &attr
+	return true, 0
+}
+
+// validVNI is is_vni_valid: nonzero, 16 bits.
+func validVNI(v uint32) bool { return v != 0 && v <= 0xffff }
+
+// getVNIRange is cxi_svc_get_vni_range.
+func (st *state) getVNIRange(id uint32) (vniMin, vniMax uint32, errno syscall.Errno) {
+	svc := st.find(id)
+	switch {
+	case svc == nil || svc.Desc.RestrictedVNIs || svc.Desc.NumVldVNIs == 0:
+		return 0, 0, syscall.EINVAL
+	case svc.Range == nil: // setting the range failed: no TX profile
+		return 0, 0, syscall.ENOENT
+	}
+	r := *svc.Range
+	return uint32(r.Match), uint32(r.Match) + uint32(r.Ignore), 0
 }
 
 // getNetns is cxi_svc_get_netns: the lowest netns inode of the service.

@@ -66,6 +66,18 @@ func FuzzWrite(f *testing.F) {
 		m(uapi.SvcGetCmd{SvcID: 2}),
 		m(uapi.SvcDestroyCmd{SvcID: 2}),
 	))
+	ranged := podDesc()
+	ranged.RestrictedVNIs = false
+	f.Add(encodeProgram(0,
+		m(uapi.SvcAllocCmd{Desc: ranged}),
+		m(uapi.SvcVNIRangeCmd{Op: uapi.OpSvcSetVNIRange, SvcID: 2, VNIMin: 1024, VNIMax: 2047}),
+		m(uapi.SvcVNIRangeCmd{Op: uapi.OpSvcGetVNIRange, SvcID: 2}),
+		m(uapi.SvcEnableCmd{SvcID: 2, Enable: true}),
+		m(uapi.SvcAllocCmd{Desc: ranged}),
+		m(uapi.SvcVNIRangeCmd{Op: uapi.OpSvcSetVNIRange, SvcID: 3, VNIMin: 1536, VNIMax: 1536}),
+		m(uapi.SvcAllocCmd{Desc: podDesc(1100)}),
+		m(uapi.SvcVNIRangeCmd{Op: uapi.OpSvcSetVNIRange, SvcID: 3, VNIMin: 8, VNIMax: 15}),
+	))
 	tles := podDesc(7, 8, 9, 10)
 	tles.Limits[uapi.RsrcTLE] = uapi.Limits{Max: 9}
 	tles.Limits[uapi.RsrcLE] = uapi.Limits{Max: 100, Res: 10}
@@ -135,6 +147,9 @@ func checkInvariants(t *testing.T, d *Device) {
 				t.Fatalf("service %d has %d VNIs", s.Desc.SvcID, s.Desc.NumVldVNIs)
 			}
 		}
+		if a, b, ok := overlappingProfiles(st); ok {
+			t.Fatalf("profiles %+v and %+v overlap", a, b)
+		}
 		if st.rmuUsed() > numRMUEntries {
 			t.Fatalf("%d RMU entries in use", st.rmuUsed())
 		}
@@ -155,4 +170,21 @@ func TestMemDeviceMatchesFile(t *testing.T) {
 	if err != nil || len(descs) != 2 || descs[1].SvcID != id {
 		t.Fatalf("ListServices = %+v, %v", descs, err)
 	}
+}
+
+// overlappingProfiles returns two profiles that vni_overlap_test should
+// have kept apart: overlapping, and not both exact VNIs.
+func overlappingProfiles(st *state) (vniAttr, vniAttr, bool) {
+	var all []vniAttr
+	for _, s := range st.Services {
+		all = append(all, s.profiles()...)
+	}
+	for i, a := range all {
+		for _, b := range all[i+1:] {
+			if a.Match != 0 && b.Match != 0 && a.overlaps(b) && (a.Ignore != 0 || b.Ignore != 0) {
+				return a, b, true
+			}
+		}
+	}
+	return vniAttr{}, vniAttr{}, false
 }

@@ -30,6 +30,9 @@ type Service struct {
 	// RMUEntries is how many RMU VNI-list entries its enabled RX
 	// profiles hold.
 	RMUEntries int
+	// VNIMin and VNIMax are the VNI range SVC_SET_VNI_RANGE gave a
+	// service with restricted_vnis=0; both 0 when it has none.
+	VNIMin, VNIMax uint32
 }
 
 // Services returns the services in ID order.
@@ -48,11 +51,15 @@ func (d *Device) Services() ([]Service, error) {
 }
 
 func (s *service) export() Service {
-	return Service{
+	out := Service{
 		Desc: s.Desc, Name: s.Name, LNIs: s.LNIs,
 		UIDs: slices.Clone(s.ACL.UIDs), GIDs: slices.Clone(s.ACL.GIDs), NetNS: slices.Clone(s.ACL.NetNS),
 		Open: s.ACL.Open, LEPool: s.LEPool, TLEPool: s.TLEPool, RMUEntries: s.RMU,
 	}
+	if r := s.Range; r != nil {
+		out.VNIMin, out.VNIMax = uint32(r.Match), uint32(r.Match)+uint32(r.Ignore)
+	}
+	return out
 }
 
 // SetInUse records that lnis LNIs use service id, as processes allocating
@@ -161,8 +168,12 @@ func writeDebug(b *strings.Builder, st *state) {
 		if s.RMU > 0 {
 			state = "enabled"
 		}
-		for i := range s.Profiles {
-			fmt.Fprintf(b, "  svc:%d VNI:%d state:%s\n", s.Desc.SvcID, s.Desc.VNIs[i], state)
+		for _, p := range s.profiles() {
+			vnis := fmt.Sprint(p.Match)
+			if p.Ignore != 0 {
+				vnis += fmt.Sprintf("-%d", uint32(p.Match)+uint32(p.Ignore))
+			}
+			fmt.Fprintf(b, "  svc:%d VNI:%s state:%s\n", s.Desc.SvcID, vnis, state)
 		}
 	}
 	fmt.Fprintf(b, "  RMU VNI-list entries in use: %d of %d\n", st.rmuUsed(), numRMUEntries)
