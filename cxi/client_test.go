@@ -575,6 +575,28 @@ func TestListAndGet(t *testing.T) {
 	}
 }
 
+// TestListShowsTheEthernetService: on a node whose hsn link is up, cxi_eth
+// holds service 2, a system service with an LNI on it, so a client sees it
+// in List and cannot destroy it; the client's own services come after it.
+func TestListShowsTheEthernetService(t *testing.T) {
+	_, dev := newSim(t, t.TempDir(), sim.Options{EthernetService: true, NoSync: true})
+	w := &waits{}
+	c := NewClient(dev, WithDestroyRetry(backoff.Policy{Initial: time.Second, Attempts: 2, Wait: w.wait}))
+	mine := mustCreate(t, c, uidSpec(1024))
+	svcs, err := c.List(t.Context())
+	if err != nil || len(svcs) != 3 {
+		t.Fatalf("List = %+v, %v", svcs, err)
+	}
+	eth := svcs[1]
+	if eth.ID != 2 || !eth.System || !eth.Enabled || len(eth.VNIs) != 0 ||
+		!slices.Equal(eth.Members, []Member{{MemberUID, 0}}) || mine.ID != 3 {
+		t.Fatalf("Ethernet service %+v, ours %d", eth, mine.ID)
+	}
+	if err := c.Destroy(t.Context(), eth.ID); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Destroy(Ethernet service): %v, want ErrBusy", err)
+	}
+}
+
 // TestRestartRecovery: services outlive the process that made them; a new
 // client on a reopened device finds and removes them.
 func TestRestartRecovery(t *testing.T) {

@@ -40,6 +40,13 @@ type Options struct {
 	// DefaultServiceEnabled loads the "driver" with
 	// disable_default_svc=0. Applied when the state is created.
 	DefaultServiceEnabled bool
+	// EthernetService adds the Ethernet system service that cxi_eth
+	// creates beside the default one when the PF's hsn link comes up,
+	// as on a booted node: service 2, which user services then follow.
+	// Without it the NIC is one without cxi_eth, or with its link down,
+	// which is what callers written before this option count on.
+	// Applied when the state is created.
+	EthernetService bool
 	// NoSync skips the fsyncs of each state update (the temporary file
 	// is still renamed into place, so readers never see a torn file).
 	// For tests that create many services; the state may then be lost

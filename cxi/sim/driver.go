@@ -104,7 +104,47 @@ func newState(opts Options) (*state, syscall.Errno) {
 		return nil, errno
 	}
 	st.find(id).LNIsPerRGID = 1 // cxi_rgroup_set_lnis_per_rgid_compat(1)
+	if opts.EthernetService {
+		st.addEthernetService()
+	}
 	return st, 0
+}
+
+// Figures of cxi_eth at its module parameters' defaults (cxi_eth.c,
+// cxi_core.c tg_threshold, cxi_eth.h).
+const (
+	ethRSSQueues = 16 // max_rss_queues
+	ethTXQueues  = 16 // max_tx_queues
+	ethMaxLEs    = 16384
+	// ethReservedLEs is get_reserved_les: each of the 17 RX queues (RSS
+	// and PTP) needs tg_threshold[2] (128) + small_pkts_buf_count (4)
+	// LEs, reserved per PE (C_PE_COUNT 4), rounded up: 132 * (4 + 1).
+	ethReservedLEs = 660
+)
+
+// addEthernetService is what cxi_eth's hw_setup (cxi_eth_ops.c) does on a
+// PF when its hsn interface comes up: allocate the system service
+// "ethernet-svc" (restricted to the UID that brings the link up, root; no
+// VNIs; enabled) and keep one LNI on it while the link is up, so that it
+// cannot be destroyed or disabled (EBUSY). It gets the next ID, 2 on a
+// node where nothing else came first. Where it does not fit (maxima made
+// smaller through Options.Max), hw_setup fails and there is none, as on a
+// node where the interface failed to open.
+func (st *state) addEthernetService() {
+	d := uapi.SvcDesc{ResourceLimits: true, IsSystemSvc: true, RestrictedMembers: true,
+		RestrictedVNIs: true, Enable: true}
+	d.Members[0] = uapi.SvcMember{Type: uapi.MemberUID, ID: 0}
+	d.Limits[uapi.RsrcAC] = uapi.Limits{Max: 1, Res: 1}
+	d.Limits[uapi.RsrcEQ] = uapi.Limits{Max: 1 + ethRSSQueues + 2*ethTXQueues, Res: 1}
+	d.Limits[uapi.RsrcPTE] = uapi.Limits{Max: 1 + ethRSSQueues, Res: 8}
+	d.Limits[uapi.RsrcTXQ] = uapi.Limits{Max: 2 * ethTXQueues, Res: 1}
+	d.Limits[uapi.RsrcTGQ] = uapi.Limits{Max: 2 + ethRSSQueues, Res: 1}
+	d.Limits[uapi.RsrcLE] = uapi.Limits{Max: ethMaxLEs, Res: ethReservedLEs}
+	id, _, errno := st.alloc(d, "ethernet-svc")
+	if errno != 0 {
+		return
+	}
+	st.find(id).LNIs = 1 // cxi_lni_alloc(dev->svc_id)
 }
 
 func (st *state) find(id uint32) *service {

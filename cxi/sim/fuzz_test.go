@@ -23,13 +23,14 @@ const fuzzListRoom = 64 // descriptors the fuzzer's list buffer holds
 const fuzzMaxCmds = 48
 
 // fuzzProgram splits input into commands: a flags byte (bit 0: VF, bit 1:
-// not admin, bit 2: nil pointers), then records of one length byte and
-// that many bytes; at most fuzzMaxCmds of them.
+// not admin, bit 2: nil pointers, bit 3: the Ethernet service), then
+// records of one length byte and that many bytes; at most fuzzMaxCmds of
+// them.
 func fuzzProgram(in []byte) (Options, [][]byte) {
 	if len(in) == 0 {
 		return Options{}, nil
 	}
-	opts := Options{VF: in[0]&1 != 0, NotAdmin: in[0]&2 != 0}
+	opts := Options{VF: in[0]&1 != 0, NotAdmin: in[0]&2 != 0, EthernetService: in[0]&8 != 0}
 	var cmds [][]byte
 	for rest := in[1:]; len(rest) > 0 && len(cmds) < fuzzMaxCmds; {
 		n := min(int(rest[0]), len(rest)-1)
@@ -85,6 +86,8 @@ func FuzzWrite(f *testing.F) {
 		m(uapi.SvcAllocCmd{Desc: tles}), m(uapi.SvcAllocCmd{Desc: tles}), m(uapi.SvcDestroyCmd{SvcID: 1})))
 	f.Add(encodeProgram(1, m(uapi.SvcAllocCmd{Desc: netns}), m(uapi.SvcListGetCmd{})))
 	f.Add(encodeProgram(4, m(uapi.SvcAllocCmd{Desc: netns})))
+	f.Add(encodeProgram(8, m(uapi.SvcAllocCmd{Desc: tles}), m(uapi.SvcDestroyCmd{SvcID: 2}),
+		m(uapi.SvcEnableCmd{SvcID: 2}), m(uapi.SvcDestroyCmd{SvcID: 3})))
 	f.Add([]byte{0, 3, 28, 0, 0})
 
 	f.Fuzz(runProgram)

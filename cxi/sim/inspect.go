@@ -16,7 +16,8 @@ import (
 type Service struct {
 	// Desc is the stored descriptor, as SVC_GET returns it.
 	Desc uapi.SvcDesc
-	// Name is "default" for service 1 and "user" for the others.
+	// Name is "default" for service 1, "ethernet-svc" for cxi_eth's
+	// Ethernet service and "user" for the others.
 	Name string
 	// LNIs is the number of LNIs using the service (see SetInUse).
 	LNIs int

@@ -97,6 +97,61 @@ func TestDefaultService(t *testing.T) {
 	}
 }
 
+// TestServicesAtStart: the driver creates the default service at load
+// (cass_svc_init), and cxi_eth the Ethernet system service when the hsn
+// link of the PF comes up (cxi_eth_ops.c hw_setup), which then holds an
+// LNI on it for as long as the link is up. Options.EthernetService asks
+// for the latter.
+func TestServicesAtStart(t *testing.T) {
+	ethLimits := [uapi.NumRsrcTypes]uapi.Limits{
+		uapi.RsrcPTE: {Max: 17, Res: 8}, uapi.RsrcTXQ: {Max: 32, Res: 1}, uapi.RsrcTGQ: {Max: 18, Res: 1},
+		uapi.RsrcEQ: {Max: 49, Res: 1}, uapi.RsrcLE: {Max: 16384, Res: 660}, uapi.RsrcAC: {Max: 1, Res: 1},
+	}
+	tests := []struct {
+		name  string
+		opts  Options
+		names []string
+	}{
+		{"a node with its hsn link up", Options{EthernetService: true}, []string{"default", "ethernet-svc"}},
+		{"with the default service enabled", Options{EthernetService: true, DefaultServiceEnabled: true},
+			[]string{"default", "ethernet-svc"}},
+		{"no cxi_eth, or the link down", Options{}, []string{"default"}},
+		{"the Ethernet service does not fit the maxima",
+			Options{EthernetService: true, Max: [uapi.NumRsrcTypes]uint16{uapi.RsrcTXQ: 16}}, []string{"default"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dev := open(t, t.TempDir(), tc.opts)
+			svcs, err := s.Services()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, svc := range svcs {
+				names = append(names, svc.Name)
+			}
+			if fmt.Sprint(names) != fmt.Sprint(tc.names) {
+				t.Fatalf("services %v, want %v", names, tc.names)
+			}
+			if len(svcs) < 2 {
+				return
+			}
+			eth := svcs[1]
+			d := eth.Desc
+			if d.SvcID != 2 || !d.IsSystemSvc || !d.Enable || !d.RestrictedVNIs || d.NumVldVNIs != 0 ||
+				!d.RestrictedMembers || d.Limits != ethLimits || eth.LNIs != 1 || eth.LEPool != 1 ||
+				fmt.Sprint(eth.UIDs) != "[0]" || eth.Open || eth.RMUEntries != 0 {
+				t.Fatalf("Ethernet service = %+v", eth)
+			}
+			wantErrno(t, "destroy the Ethernet service", dev.DestroyService(2), syscall.EBUSY)
+			wantErrno(t, "disable the Ethernet service", dev.EnableService(2, false), syscall.EBUSY)
+			if id := mustAlloc(t, dev, podDesc(1024)); id != 3 {
+				t.Fatalf("first user service %d, want 3", id)
+			}
+		})
+	}
+}
+
 // userPtr stores a pointer to buf at off of an aligned command.
 func putPtr(cmd []byte, off int, buf []byte) {
 	*(*unsafe.Pointer)(unsafe.Pointer(&cmd[off])) = unsafe.Pointer(unsafe.SliceData(buf))
