@@ -209,3 +209,52 @@ func TestOpenWritesToTheFile(t *testing.T) {
 		t.Fatal("write after Close succeeded")
 	}
 }
+
+// TestWriteLengthIsTheCSizeNotPadded guards the length of each write(2):
+// libcxi writes every command as write(fd, &cmd, sizeof(cmd)) (src/libcxi.c
+// device_write), with no padding to 16 bytes or any other multiple, and the
+// driver refuses any other length with EINVAL (cxi_user_core.c dispatch:
+// cmd_in_len != req_size). So SVC_DESTROY is 8 bytes and SVC_SET_NETNS 12,
+// and each write matches gcc's image of the struct, pointers aside.
+func TestWriteLengthIsTheCSizeNotPadded(t *testing.T) {
+	golden := loadGolden(t)
+	tests := []struct {
+		name string
+		call func(d *Device) error
+	}{
+		{"destroy", func(d *Device) error { return d.DestroyService(42) }},
+		{"set_netns", func(d *Device) error { return d.SetNetns(12, 4026532000) }},
+		{"enable", func(d *Device) error { return d.EnableService(11, true) }},
+		{"get", func(d *Device) error { _, err := d.GetService(9); return err }},
+		{"get_netns", func(d *Device) error { _, err := d.GetNetns(13); return err }},
+		{"set_vni_range", func(d *Device) error { return d.SetVNIRange(14, 64, 127) }},
+		{"get_vni_range", func(d *Device) error { _, _, err := d.GetVNIRange(15); return err }},
+		{"alloc", func(d *Device) error { _, _, err := d.AllocService(goldenAllocDesc()); return err }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var wrote []byte
+			dev := NewDevice(writerFunc(func(b []byte) (int, error) {
+				wrote = slices.Clone(b)
+				if tc.name == "alloc" {
+					resp, _ := SvcAllocResp{SvcID: 1}.MarshalBinary()
+					respond(t, b, RespOffset, resp)
+				}
+				return len(b), nil
+			}))
+			if err := tc.call(dev); err != nil {
+				t.Fatal(err)
+			}
+			want := golden[tc.name]
+			if len(wrote) != len(want) {
+				t.Fatalf("wrote %d bytes, want sizeof = %d", len(wrote), len(want))
+			}
+			if len(wrote) >= RespOffset+8 {
+				clear(wrote[RespOffset : RespOffset+8]) // the response pointer
+			}
+			if !slices.Equal(wrote, want) {
+				t.Fatalf("wrote %x, want gcc's %x", wrote, want)
+			}
+		})
+	}
+}
