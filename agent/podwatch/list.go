@@ -112,14 +112,17 @@ func (w *Watcher) call(ctx context.Context) (*podresourcesv1.ListPodResourcesRes
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
 		defer cancel()
+		start := w.cfg.Now()
 		// Wait, within ListTimeout, for a connection the kubelet's restart
 		// broke, rather than fail at once while it is being re-made.
 		r, err := w.cfg.Lister.List(lctx, &podresourcesv1.ListPodResourcesRequest{}, grpc.WaitForReady(true))
-		switch {
-		case err == nil:
+		result := listResult(err)
+		w.cfg.OnList(result, w.cfg.Now().Sub(start))
+		switch result {
+		case ListOK:
 			resp = r
 			return nil
-		case status.Code(err) == codes.ResourceExhausted:
+		case ListRateLimited:
 			return err
 		default:
 			return backoff.Permanent(err)
@@ -129,6 +132,17 @@ func (w *Watcher) call(ctx context.Context) (*podresourcesv1.ListPodResourcesRes
 		return nil, fmt.Errorf("list pod resources: %w", err)
 	}
 	return resp, nil
+}
+
+func listResult(err error) ListResult {
+	switch {
+	case err == nil:
+		return ListOK
+	case status.Code(err) == codes.ResourceExhausted:
+		return ListRateLimited
+	default:
+		return ListError
+	}
 }
 
 // pace waits until MinListInterval has passed since the last List began.

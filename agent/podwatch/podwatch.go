@@ -162,6 +162,10 @@ type Config struct {
 	// a resource: the device plugin sends its unchanged device list again.
 	// It must not block.
 	Nudge func(resource string)
+	// OnList, if set, is told of every List call sent to the kubelet, a
+	// retry after ResourceExhausted included: its result and how long it
+	// took. It is called from the goroutine that listed and must not block.
+	OnList func(result ListResult, took time.Duration)
 	// NudgeBackoff spaces the nudges of one resource while its checkpoint
 	// lags; the zero Policy means DefaultNudgeBackoff.
 	NudgeBackoff backoff.Policy
@@ -171,9 +175,20 @@ type Config struct {
 	Ticks <-chan time.Time
 	// Events replaces the watch of PluginDir in tests.
 	Events <-chan fsnotify.Event
-	// Now replaces the clock of the nudge pacing in tests.
+	// Now replaces the clock in tests: of the nudge pacing and of the
+	// durations told to OnList.
 	Now func() time.Time
 }
+
+// ListResult is the outcome of one List call, as [Config.OnList] is told.
+type ListResult string
+
+// The results of a List call.
+const (
+	ListOK          ListResult = "ok"
+	ListRateLimited ListResult = "rate_limited" // ResourceExhausted: the kubelet's rate limit; retried
+	ListError       ListResult = "error"        // any other error, the caller's context ending included
+)
 
 // Watcher keeps the latest [Snapshot] and the kubelet's device checkpoint,
 // and tells when a pod is gone. Its methods are safe for concurrent use.
@@ -221,6 +236,9 @@ func New(cfg Config) *Watcher {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.OnList == nil {
+		cfg.OnList = func(ListResult, time.Duration) {}
 	}
 	w := &Watcher{cfg: cfg, changes: make(chan struct{}, 1), latest: &Snapshot{Pods: map[string]*Pod{}}}
 	if cfg.PluginDir != "" {

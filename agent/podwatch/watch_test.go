@@ -383,6 +383,51 @@ func TestListRetriesRateLimitRefusals(t *testing.T) {
 	}
 }
 
+// timedLister takes took of the test's clock to answer each List.
+type timedLister struct {
+	Lister
+	clock *fakeClock
+	took  time.Duration
+}
+
+func (l timedLister) List(ctx context.Context, in *podresourcesv1.ListPodResourcesRequest, opts ...grpc.CallOption) (*podresourcesv1.ListPodResourcesResponse, error) {
+	l.clock.advance(l.took)
+	return l.Lister.List(ctx, in, opts...)
+}
+
+// OnList is told of every List call, the retries of a refused one
+// included, with its result and how long it took.
+func TestOnListIsToldOfEveryCall(t *testing.T) {
+	type call struct {
+		result ListResult
+		took   time.Duration
+	}
+	limited := status.Error(codes.ResourceExhausted, "rejected by rate limit")
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	lister := &scriptedLister{pods: []*podresourcesv1.PodResources{resA}}
+	var calls []call
+	retry := backoff.Policy{Initial: time.Millisecond, Attempts: 5, Wait: func(ctx context.Context, _ time.Duration) error {
+		return ctx.Err()
+	}}
+	w := New(Config{Lister: timedLister{Lister: lister, clock: clock, took: 3 * time.Millisecond}, Resources: []string{cxi},
+		MinListInterval: time.Nanosecond, Retry: retry, Now: clock.Now,
+		OnList: func(r ListResult, took time.Duration) { calls = append(calls, call{r, took}) }})
+
+	lister.errs = []error{limited, limited}
+	if _, err := w.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lister.errs = []error{status.Error(codes.Unavailable, "kubelet down")}
+	if _, err := w.Refresh(t.Context()); err == nil {
+		t.Fatal("Refresh succeeded")
+	}
+	ms := 3 * time.Millisecond
+	want := []call{{ListRateLimited, ms}, {ListRateLimited, ms}, {ListOK, ms}, {ListError, ms}}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("OnList told %v, want %v", calls, want)
+	}
+}
+
 // Checkpoint writes cost a re-read of the file, and a List only when they
 // name an allocation the last List could not know: a burst of them costs
 // one List at most. The burst is written, then its events delivered; an
