@@ -188,12 +188,16 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		return err
 	}
 	closers = append(closers, conn)
+	for _, r := range resources {
+		m.kubeletNudges.WithLabelValues(r) // exported at 0 from the start
+	}
 	watcher := podwatch.New(podwatch.Config{
 		Lister:       lister,
 		Resources:    resources,
 		PluginDir:    pluginDir,
 		PollInterval: cfg.PodResources.PollInterval.Duration,
-		Nudge:        nudgeKubelet(servers),
+		Nudge:        m.countNudges(nudgeKubelet(servers)),
+		OnList:       m.observeList,
 		Logger:       logger.With("component", "podwatch"),
 	})
 	b.pods = watcher

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
 
 // metrics are the agent's own series; the device-plugin servers, the
@@ -20,6 +22,9 @@ type metrics struct {
 	controllerCalls  *prometheus.HistogramVec
 	ready            prometheus.Gauge
 	nicSpeed         *prometheus.GaugeVec
+	podLists         *prometheus.CounterVec
+	podListLatency   prometheus.Histogram
+	kubeletNudges    *prometheus.CounterVec
 	now              func() time.Time
 }
 
@@ -27,7 +32,7 @@ type metrics struct {
 var fastBuckets = prometheus.ExponentialBuckets(0.0001, 2, 16)
 
 func newMetrics(now func() time.Time) *metrics {
-	return &metrics{
+	m := &metrics{
 		now: now,
 		preStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "slingshot_agent_prestart_duration_seconds",
@@ -68,13 +73,31 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_nic_speed_mbps",
 			Help: "Link speed of each NIC in Mb/s, as the driver reports it.",
 		}, []string{"nic"}),
+		podLists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_podresources_lists_total",
+			Help: "List calls to the kubelet's PodResources API, retries included, by result (ok, rate_limited: refused with ResourceExhausted, error).",
+		}, []string{"result"}),
+		podListLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_podresources_list_duration_seconds",
+			Help:    "Time of the successful List calls to the kubelet's PodResources API.",
+			Buckets: fastBuckets,
+		}),
+		kubeletNudges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_kubelet_nudges_total",
+			Help: "Device lists sent to the kubelet again, by resource, to make it rewrite its device checkpoint when that lags PodResources.",
+		}, []string{"resource"}),
 	}
+	for _, r := range []podwatch.ListResult{podwatch.ListOK, podwatch.ListRateLimited, podwatch.ListError} {
+		m.podLists.WithLabelValues(string(r))
+	}
+	return m
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
-		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed} {
+		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
+		m.kubeletNudges} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -89,6 +112,23 @@ func result(err error) string {
 
 func (m *metrics) observePreStart(start time.Time, err error) {
 	m.preStart.WithLabelValues(result(err)).Observe(m.now().Sub(start).Seconds())
+}
+
+// observeList counts a PodResources List call, for [podwatch.Config.OnList].
+func (m *metrics) observeList(r podwatch.ListResult, took time.Duration) {
+	m.podLists.WithLabelValues(string(r)).Inc()
+	if r == podwatch.ListOK {
+		m.podListLatency.Observe(took.Seconds())
+	}
+}
+
+// countNudges counts the nudges of the kubelet that nudge sends, for
+// [podwatch.Config.Nudge].
+func (m *metrics) countNudges(nudge func(resource string)) func(resource string) {
+	return func(resource string) {
+		m.kubeletNudges.WithLabelValues(resource).Inc()
+		nudge(resource)
+	}
 }
 
 // stateCollector exports gauges computed from the agent's state when
