@@ -117,8 +117,9 @@ kube-apiserver:
 ## proxy) with Debian's runc and CNI plugins, the project installed with its
 ## own Helm chart, pods made by real Jobs. Everything lives under one
 ## temporary root the test removes (its logs are kept when it fails, and
-## their path printed). Needs root, util-linux unshare and iproute2;
-## installs etcd-server, runc and containernetworking-plugins when missing.
+## their path printed). Needs root and util-linux's unshare; installs
+## etcd-server, runc, containernetworking-plugins, iproute2 and iptables
+## when missing.
 ## E2E_NODE_FLAGS passes test flags, e.g. E2E_NODE_FLAGS='-run TestBurst'.
 E2E_NODE_FLAGS ?=
 E2E_NODE_TIMEOUT ?= 45m
@@ -148,7 +149,8 @@ real-node-deps:
 	if [ -n "$$pkgs" ]; then $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$pkgs; fi
 
 ## real-node-bin: the node's programs into hack/real-node/bin (cached by Go's
-## build cache: about 11 min from empty caches on 2 cores, seconds after)
+## build cache: about 15 min from empty caches on 2 cores, a minute or two
+## of linking after)
 real-node-bin: real-node-deps
 	cd $(REAL_NODE_DIR)/containerd && CGO_ENABLED=0 $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' -o ../bin/ \
 	  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
