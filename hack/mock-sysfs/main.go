@@ -100,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.StringVar(&models, "gpu-model", "", "comma-separated GPU `models`, assigned in turn (known: "+knownModels()+
 		"; default h100 for nvidia, mi250x for amd)")
 	fl.StringVar(&spec.Generation, "generation", mocksysfs.Cassini2, "NIC generation: cassini2 or cassini1")
-	fl.IntVar(&spec.VFsPerNIC, "vfs-per-nic", 0, fmt.Sprintf("SR-IOV virtual functions per Cassini-2 NIC (0-%d); they become cxiN after the PFs", mocksysfs.MaxVFsPerNIC))
+	fl.IntVar(&spec.VFsPerNIC, "vfs-per-nic", 0, fmt.Sprintf("SR-IOV virtual functions per NIC, Cassini-1 or 2 (0-%d); they become cxiN after the PFs", mocksysfs.MaxVFsPerNIC))
 	fl.Int64Var(&spec.Seed, "seed", 1, "seed for the hsn shuffle, NIDs and GPU UUIDs")
 	fl.Var(&faults, "fault", faultHelp)
 	fl.BoolVar(&asJSON, "json", false, "print what was written as JSON instead of tables")
