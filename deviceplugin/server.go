@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := validateResourceName(name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	dir, err := filepath.Abs(cmpOr(cfg.PluginDir, DefaultPluginDir))
+	dir, err := filepath.Abs(cmp.Or(cfg.PluginDir, DefaultPluginDir))
 	if err != nil {
 		return nil, fmt.Errorf("%w: plugin dir: %w", ErrInvalidConfig, err)
 	}
@@ -170,15 +171,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		res:             cfg.Resource,
 		name:            name,
 		dir:             dir,
-		socketName:      cmpOr(cfg.SocketName, defaultSocketName(name)),
+		socketName:      cmp.Or(cfg.SocketName, defaultSocketName(name)),
 		log:             cfg.Logger,
 		backoff:         cfg.Backoff,
-		registerTimeout: cmpOr(cfg.RegisterTimeout, DefaultRegisterTimeout),
-		reregisterDelay: cmpOr(cfg.ReregisterDelay, DefaultReregisterDelay),
+		registerTimeout: cmp.Or(cfg.RegisterTimeout, DefaultRegisterTimeout),
+		reregisterDelay: cmp.Or(cfg.ReregisterDelay, DefaultReregisterDelay),
 		streamEnded:     make(chan struct{}, 1),
 		changed:         make(chan struct{}),
 	}
-	kubeletName := cmpOr(cfg.KubeletSocketName, DefaultKubeletSocketName)
+	kubeletName := cmp.Or(cfg.KubeletSocketName, DefaultKubeletSocketName)
 	for _, n := range []string{s.socketName, kubeletName} {
 		if n != filepath.Base(n) || n == "." || n == ".." {
 			return nil, fmt.Errorf("%w: socket name %q is not a plain file name", ErrInvalidConfig, n)
@@ -198,7 +199,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.log = s.log.With("resource", name)
-	if isZeroPolicy(s.backoff) {
+	if s.backoff.IsZero() {
 		s.backoff = DefaultBackoff
 	}
 	m, err := newMetrics(cfg.Registerer)
@@ -216,21 +217,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.devices, _ = newDeviceSet(nil, 0)
 	s.setDeviceGauges(s.devices)
 	return s, nil
-}
-
-// isZeroPolicy reports whether p is the zero Policy (which would make a
-// single attempt, never what a caller leaving Backoff out means).
-func isZeroPolicy(p backoff.Policy) bool {
-	return p.Initial == 0 && p.Max == 0 && p.Factor == 0 && p.Jitter == 0 && p.Attempts == 0 && p.Wait == nil
-}
-
-// cmpOr returns v, or def when v is the zero value.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // ResourceName returns the extended resource name the server advertises.

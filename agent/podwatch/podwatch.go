@@ -1,6 +1,7 @@
 package podwatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -222,13 +223,13 @@ type Watcher struct {
 
 // New returns a Watcher; [Watcher.Run] drives it.
 func New(cfg Config) *Watcher {
-	cfg.PollInterval = cmpOr(cfg.PollInterval, DefaultPollInterval)
-	cfg.ListTimeout = cmpOr(cfg.ListTimeout, DefaultListTimeout)
-	cfg.MinListInterval = cmpOr(cfg.MinListInterval, DefaultMinListInterval)
-	if isZeroPolicy(cfg.Retry) {
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
+	cfg.ListTimeout = cmp.Or(cfg.ListTimeout, DefaultListTimeout)
+	cfg.MinListInterval = cmp.Or(cfg.MinListInterval, DefaultMinListInterval)
+	if cfg.Retry.IsZero() {
 		cfg.Retry = DefaultRetry
 	}
-	if isZeroPolicy(cfg.NudgeBackoff) {
+	if cfg.NudgeBackoff.IsZero() {
 		cfg.NudgeBackoff = DefaultNudgeBackoff
 	}
 	if cfg.Logger == nil {
@@ -248,19 +249,6 @@ func New(cfg Config) *Watcher {
 	w.lastKnown = &Checkpoint{known: true}
 	w.nudges = &nudger{fn: cfg.Nudge, policy: cfg.NudgeBackoff, now: cfg.Now, state: map[string]*nudgeState{}}
 	return w
-}
-
-// isZeroPolicy reports whether p was left out.
-func isZeroPolicy(p backoff.Policy) bool {
-	return p.Initial == 0 && p.Max == 0 && p.Factor == 0 && p.Jitter == 0 && p.Attempts == 0 && p.Wait == nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Changes receives a value whenever the snapshot or what the checkpoint

@@ -33,6 +33,13 @@ type Policy struct {
 	Wait func(ctx context.Context, d time.Duration) error
 }
 
+// IsZero reports whether p is the zero Policy, as a configuration that
+// leaves its backoff out has it (a single attempt, never what such a caller
+// means). Policy is not comparable: Wait is a func.
+func (p Policy) IsZero() bool {
+	return p.Initial == 0 && p.Max == 0 && p.Factor == 0 && p.Jitter == 0 && p.Attempts == 0 && p.Wait == nil
+}
+
 // permanentError marks an error that must not be retried.
 type permanentError struct{ err error }
 
