@@ -180,7 +180,7 @@ func TestWatcherListsOnKubeletCheckpointChange(t *testing.T) {
 	// Run sets up the watch before its first list, so once that list is
 	// seen a checkpoint write must trigger the next. No ticks are ever
 	// sent: only the write can cause a list.
-	waitCall(t, lister.called)
+	waitSignal(t, lister.called, "a List call")
 	lister.set(&podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
 		podRes("ns", "a", ctr("main", dev(cxi, "nic0"))),
 	}}, nil)
@@ -214,12 +214,14 @@ func waitFor(t *testing.T, w *Watcher, what string, cond func() bool) {
 	}
 }
 
-func waitCall(t *testing.T, ch <-chan struct{}) {
+// waitSignal fails the test when ch gives nothing within 10 s; what
+// names the awaited event.
+func waitSignal(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
-		t.Fatal("lister not called")
+		t.Fatalf("%s: not seen within 10 s", what)
 	}
 }
 

@@ -290,7 +290,7 @@ func TestRefreshSharesTheNextList(t *testing.T) {
 		})
 	}
 	for range callers {
-		recvSignal(t, waiting) // every caller waits for List 1 to end
+		waitSignal(t, waiting, "a caller waiting") // every caller waits for List 1 to end
 	}
 	lister.gate <- struct{}{} // List 1 ends
 	if s := <-first; callOf(s) != "call-1" {
@@ -298,7 +298,7 @@ func TestRefreshSharesTheNextList(t *testing.T) {
 	}
 	recvInt(t, lister.entered) // one of them starts List 2
 	for range callers - 1 {
-		recvSignal(t, waiting) // the others wait for it
+		waitSignal(t, waiting, "a caller waiting") // the others wait for it
 	}
 	lister.gate <- struct{}{}
 	wg.Wait()
@@ -323,14 +323,6 @@ func recvInt(t *testing.T, ch <-chan int) int {
 	}
 }
 
-func recvSignal(t *testing.T, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no signal")
-	}
-}
 
 // The kubelet refuses Lists beyond its rate limit with ResourceExhausted:
 // they are retried with backoff within the caller's context; other errors
