@@ -323,7 +323,6 @@ func recvInt(t *testing.T, ch <-chan int) int {
 	}
 }
 
-
 // The kubelet refuses Lists beyond its rate limit with ResourceExhausted:
 // they are retried with backoff within the caller's context; other errors
 // are returned at once.
