@@ -260,10 +260,10 @@ func (e *Env) values() map[string]any {
 			// containerd's default path.
 			"extraArgs": []any{"--cri-socket=" + n.ContainerdSocket},
 			"logLevel":  "debug",
+			// Enough shares that a burst of one-NIC pods fits; the
+			// rest of the agent's configuration is the chart's.
 			"config": map[string]any{
-				"nicResource":    map[string]any{"name": Resource, "sharesPerNIC": e.opts.SharesPerNIC},
-				"trafficClasses": []any{"LOW_LATENCY", "BEST_EFFORT"},
-				"cdi":            map[string]any{"enabled": true},
+				"nicResource": map[string]any{"name": Resource, "sharesPerNIC": e.opts.SharesPerNIC},
 			},
 		},
 		"controller": map[string]any{

@@ -20,6 +20,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/node"
 )
 
 // Inspect is the agent's own report: NICs, services (with members and
@@ -144,18 +145,9 @@ func (e *Env) containerLog(container string, lines int) string {
 	sort.Strings(matches)
 	var out []string
 	for _, m := range matches {
-		out = append(out, m+":\n"+tail(m, lines))
+		out = append(out, m+":\n"+node.TailFile(m, lines))
 	}
 	return strings.Join(out, "\n")
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(ls[max(0, len(ls)-n):], "\n")
 }
 
 func containerStates(p corev1.Pod) string {

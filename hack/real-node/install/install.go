@@ -59,17 +59,3 @@ func (r *Release) Install(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Uninstall removes the release and waits for its objects to go.
-func (r *Release) Uninstall() error {
-	cfg, err := r.config()
-	if err != nil {
-		return err
-	}
-	un := action.NewUninstall(cfg)
-	un.Wait, un.Timeout = true, r.Timeout
-	if _, err := un.Run(r.Name); err != nil {
-		return fmt.Errorf("helm uninstall %s: %w", r.Name, err)
-	}
-	return nil
-}

@@ -463,9 +463,6 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-// Root is the directory everything of the node lives under.
-func (n *Node) Root() string { return n.opts.Root }
-
 // KubeletMetric sums the samples of one metric on the kubelet's /metrics
 // (its HTTPS port, with the API server's client certificate).
 func (n *Node) KubeletMetric(ctx context.Context, name string) (float64, error) {

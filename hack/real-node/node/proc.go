@@ -68,24 +68,6 @@ func (p *Proc) Start() error {
 	return nil
 }
 
-// Pid is the running program's process ID, 0 when it is not running.
-func (p *Proc) Pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || isClosed(p.done) {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// Exited returns a channel closed when the program last started exits,
-// and nil when it never started.
-func (p *Proc) Exited() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.done
-}
-
 // Err says why a stopped program ended; nil while it runs.
 func (p *Proc) Err() error {
 	p.mu.Lock()
@@ -124,9 +106,11 @@ func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) error {
 }
 
 // Tail returns the last n lines of the program's log.
-func (p *Proc) Tail(n int) string { return tailFile(p.Log, n) }
+func (p *Proc) Tail(n int) string { return TailFile(p.Log, n) }
 
-func tailFile(path string, n int) string {
+// TailFile returns the last n lines of the file at path, or why it could
+// not be read.
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(no log %s: %v)", filepath.Base(path), err)
