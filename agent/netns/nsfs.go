@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -12,55 +13,122 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsInode returns the inode of the namespace file at p: a /proc/<pid>/ns/*
-// link or a bind mount of one. It returns an error wrapping [ErrNotNetns]
-// when p is not an nsfs inode or, with wantNet, not a network namespace.
+// Handle is an open descriptor of a network namespace. While it is open
+// the kernel keeps the namespace, however many processes have left it and
+// whatever bind mounts of it are gone, so its inode cannot be given to
+// another namespace: a CXI service whose member is [Handle.Inode] admits
+// that namespace and no later one, for as long as the Handle stays open.
+// The agent keeps it from the moment the namespace is resolved until the
+// service is destroyed, then closes it.
+//
+// A Handle is safe for concurrent use.
+type Handle struct {
+	f   *os.File
+	ino uint32
+}
+
+// Inode returns the namespace's inode, read by fstat on the held
+// descriptor when it was opened: the inode of the namespace held, which
+// cannot change while it is held. After [Handle.Close] the number only
+// names what was held; the kernel may give it to another namespace.
+func (h *Handle) Inode() uint32 { return h.ino }
+
+// Close releases the namespace. It is idempotent: a second Close returns
+// nil.
+func (h *Handle) Close() error {
+	if err := h.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("close network namespace %d: %w", h.ino, err)
+	}
+	return nil
+}
+
+// nsInode returns the inode of the namespace file at p, as [openNs] reads
+// it, and holds nothing: the number may name another namespace as soon as
+// it returns. For the host's namespace, which lives as long as the host.
 func nsInode(p string, wantNet bool) (uint32, error) {
+	h, err := openNs(p, wantNet)
+	if err != nil {
+		return 0, err
+	}
+	ino := h.Inode()
+	if err := h.Close(); err != nil {
+		return 0, err
+	}
+	return ino, nil
+}
+
+// openNs opens the namespace file at p, a /proc/<pid>/ns/* link or a bind
+// mount of one, and returns a Handle that holds it. It returns an error
+// wrapping [ErrNotNetns] when p is not an nsfs inode or, with wantNet, not
+// a network namespace. Every check is made on the descriptor returned.
+func openNs(p string, wantNet bool) (*Handle, error) {
 	// O_PATH first: a path that names a device or a FIFO is looked at,
 	// never opened.
 	pfd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: p, Err: err}
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
-	defer unix.Close(pfd)
+	var first unix.Stat_t
+	err = checkNsfs(pfd, p, &first)
+	unix.Close(pfd)
+	if err != nil {
+		return nil, err
+	}
+	// The namespace type needs an ioctl, which an O_PATH descriptor
+	// refuses, and the hold needs a descriptor that stays: open it again,
+	// and check again on the one kept.
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	// Blocking again, so that os.NewFile does not try to poll an nsfs
+	// file: O_NONBLOCK was there for the open alone.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fcntl", Path: p, Err: err}
+	}
+	h := &Handle{f: os.NewFile(uintptr(fd), p)}
 	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return 0, &fs.PathError{Op: "stat", Path: p, Err: err}
+	if err := checkNsfs(fd, p, &st); err != nil {
+		_ = h.Close()
+		return nil, err
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(pfd, &sfs); err != nil {
-		return 0, &fs.PathError{Op: "statfs", Path: p, Err: err}
+	if st.Dev != first.Dev || st.Ino != first.Ino {
+		_ = h.Close()
+		return nil, fmt.Errorf("%s changed while it was read", p)
 	}
-	if sfs.Type != unix.NSFS_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, fmt.Errorf("%w: %s is not an nsfs inode (file system magic %#x, mode %#o)", ErrNotNetns, p, sfs.Type, st.Mode)
-	}
-	if st.Ino == 0 || st.Ino > math.MaxUint32 {
-		return 0, fmt.Errorf("%w: %s: inode %d out of range", ErrNotNetns, p, st.Ino)
-	}
+	h.ino = uint32(st.Ino)
 	if wantNet {
-		// The namespace type needs an ioctl, which an O_PATH descriptor
-		// refuses: open it again and make sure it is the same inode.
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-		if err != nil {
-			return 0, &fs.PathError{Op: "open", Path: p, Err: err}
-		}
-		defer unix.Close(fd)
-		var again unix.Stat_t
-		if err := unix.Fstat(fd, &again); err != nil {
-			return 0, &fs.PathError{Op: "stat", Path: p, Err: err}
-		}
-		if again.Dev != st.Dev || again.Ino != st.Ino {
-			return 0, fmt.Errorf("%s changed while it was read", p)
-		}
 		typ, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE)
 		if err != nil {
-			return 0, &fs.PathError{Op: "NS_GET_NSTYPE", Path: p, Err: err}
+			_ = h.Close()
+			return nil, &fs.PathError{Op: "NS_GET_NSTYPE", Path: p, Err: err}
 		}
 		if typ != unix.CLONE_NEWNET {
-			return 0, fmt.Errorf("%w: %s is a namespace of type %#x", ErrNotNetns, p, typ)
+			_ = h.Close()
+			return nil, fmt.Errorf("%w: %s is a namespace of type %#x", ErrNotNetns, p, typ)
 		}
 	}
-	return uint32(st.Ino), nil
+	return h, nil
+}
+
+// checkNsfs fills st with fd's status and returns an error wrapping
+// [ErrNotNetns] unless fd is an nsfs inode whose number fits a uint32.
+func checkNsfs(fd int, p string, st *unix.Stat_t) error {
+	if err := unix.Fstat(fd, st); err != nil {
+		return &fs.PathError{Op: "stat", Path: p, Err: err}
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return &fs.PathError{Op: "statfs", Path: p, Err: err}
+	}
+	if sfs.Type != unix.NSFS_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%w: %s is not an nsfs inode (file system magic %#x, mode %#o)", ErrNotNetns, p, sfs.Type, st.Mode)
+	}
+	if st.Ino == 0 || st.Ino > math.MaxUint32 {
+		return fmt.Errorf("%w: %s: inode %d out of range", ErrNotNetns, p, st.Ino)
+	}
+	return nil
 }
 
 // maxSymlinks bounds the symbolic links followed in one path, as the

@@ -2,11 +2,15 @@ package netns
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestNsInode(t *testing.T) {
@@ -76,5 +80,51 @@ func TestResolveInRoot(t *testing.T) {
 		if got, err := resolveInRoot(r, "/var/run/x"); err != nil || got != "/var/run/x" {
 			t.Errorf("resolveInRoot(%q) = %q, %v; want the path as it is", r, got, err)
 		}
+	}
+}
+
+// fdInode returns the inode of the file h's descriptor is open on, read
+// through /proc/self/fd: what the kernel holds, not what h recorded.
+func fdInode(t *testing.T, h *Handle) uint32 {
+	t.Helper()
+	return inodeOf(t, fmt.Sprintf("/proc/self/fd/%d", h.f.Fd()))
+}
+
+func TestHandle(t *testing.T) {
+	h, err := openNs("/proc/self/ns/net", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := inodeOf(t, "/proc/self/ns/net")
+	if h.Inode() != want || fdInode(t, h) != want {
+		t.Fatalf("Handle of %d: Inode %d, descriptor of %d", want, h.Inode(), fdInode(t, h))
+	}
+	fd := int(h.f.Fd())
+	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("descriptor flags %#x, %v: not close-on-exec", flags, err)
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDONLY || fl&unix.O_NONBLOCK != 0 {
+		t.Errorf("file flags %#x, %v: want read-only and blocking", fl, err)
+	}
+	if typ, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE); err != nil || typ != unix.CLONE_NEWNET {
+		t.Errorf("NS_GET_NSTYPE = %#x, %v", typ, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = h.Close() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("Close, concurrently: %v", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close again: %v", err)
+	}
+	if h.f.Fd() != ^uintptr(0) {
+		t.Fatal("the descriptor is still open after Close")
+	}
+	if h.Inode() != want {
+		t.Fatalf("Inode after Close = %d, want the one held, %d", h.Inode(), want)
 	}
 }
