@@ -15,7 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// DefaultCRITimeout bounds each CRI call of [CRI.Netns].
+// DefaultCRITimeout bounds each CRI call of [CRI.Open].
 const DefaultCRITimeout = 2 * time.Second
 
 // PodUIDLabel is the sandbox label in which the kubelet puts the pod UID
@@ -55,49 +55,20 @@ type CRI struct {
 	Timeout time.Duration
 }
 
-// Netns returns the network namespace inode of the pod with the given UID:
-// that of its newest ready sandbox. It returns an error wrapping
-// [ErrNotFound] (no ready sandbox, or the runtime names no namespace),
-// [ErrHostNetwork], [ErrNotNetns], [ErrBadInfo], or the CRI call's error.
-func (c CRI) Netns(ctx context.Context, podUID string) (uint32, error) {
-	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
-		return 0, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
-	}
-	id, err := c.newestReadySandbox(ctx, podUID)
+// Open returns a [Handle] on the network namespace of the pod with the
+// given UID: that of its newest ready sandbox. The caller closes it. It
+// returns an error wrapping [ErrNotFound] (no ready sandbox, or the
+// runtime names no namespace), [ErrHostNetwork], [ErrHostUnknown] (the
+// host's namespace unreadable), [ErrNotNetns], [ErrBadInfo], or the CRI
+// call's error.
+func (c CRI) Open(ctx context.Context, podUID string) (*Handle, error) {
+	info, id, err := c.sandboxInfo(ctx, podUID)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.timeout())
-	resp, err := c.Client.PodSandboxStatus(callCtx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
-	cancel()
+	h, where, err := c.openSandbox(info)
 	if err != nil {
-		return 0, fmt.Errorf("cri: status of sandbox %s of pod %s: %w", id, podUID, err)
-	}
-	status := resp.GetStatus()
-	if status.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
-		return 0, fmt.Errorf("%w: pod %s (the runtime's sandbox status)", ErrHostNetwork, podUID)
-	}
-	if status.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return 0, fmt.Errorf("%w: sandbox %s of pod %s is %s", ErrNotFound, id, podUID, status.GetState())
-	}
-	raw, ok := resp.GetInfo()["info"]
-	if !ok {
-		return 0, fmt.Errorf("%w: sandbox %s of pod %s: the verbose status has no \"info\"", ErrBadInfo, id, podUID)
-	}
-	info, err := ParseSandboxInfo(raw)
-	if err != nil {
-		return 0, fmt.Errorf("cri: sandbox %s of pod %s: %w", id, podUID, err)
-	}
-	switch {
-	case info.HostNetwork:
-		return 0, fmt.Errorf("%w: pod %s (no network namespace in the sandbox's runtime spec)", ErrHostNetwork, podUID)
-	case info.NetnsClosed:
-		return 0, fmt.Errorf("%w: the runtime says the network namespace of sandbox %s of pod %s is closed", ErrNotFound, id, podUID)
-	}
-
-	ino, where, err := c.sandboxInode(info)
-	if err != nil {
-		return 0, fmt.Errorf("cri: network namespace of sandbox %s of pod %s: %w", id, podUID, err)
+		return nil, fmt.Errorf("cri: network namespace of sandbox %s of pod %s: %w", id, podUID, err)
 	}
 	hostPath := c.HostNetns
 	if hostPath == "" {
@@ -107,42 +78,93 @@ func (c CRI) Netns(ctx context.Context, podUID string) (uint32, error) {
 	// through as a netns member that admits every host process.
 	host, err := nsInode(hostPath, false)
 	if err != nil {
-		return 0, fmt.Errorf("cri: the host's network namespace: %w", err)
+		_ = h.Close()
+		return nil, fmt.Errorf("cri: %w: %w", ErrHostUnknown, err)
 	}
-	if ino == host {
-		return 0, fmt.Errorf("%w: pod %s (%s)", ErrHostNetwork, podUID, where)
+	if h.Inode() == host {
+		_ = h.Close()
+		return nil, fmt.Errorf("%w: pod %s (%s)", ErrHostNetwork, podUID, where)
 	}
-	return ino, nil
+	return h, nil
 }
 
-// sandboxInode returns the inode of the sandbox's network namespace and
-// the file it was read from. The sandbox process is the surest way: its
+// Netns returns the network namespace inode of the pod with the given UID,
+// with the errors of [CRI.Open]. It holds nothing: once it returns, the
+// namespace may be freed and its inode given to another one, so a member
+// made of it may come to admit an unrelated namespace. Use [CRI.Open] and
+// keep the Handle for as long as the inode is used.
+func (c CRI) Netns(ctx context.Context, podUID string) (uint32, error) {
+	return inodeOnly(c.Open(ctx, podUID))
+}
+
+// sandboxInfo returns what the runtime says of the network namespace of
+// the pod's newest ready sandbox, and that sandbox's ID.
+func (c CRI) sandboxInfo(ctx context.Context, podUID string) (SandboxInfo, string, error) {
+	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
+		return SandboxInfo{}, "", fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
+	}
+	id, err := c.newestReadySandbox(ctx, podUID)
+	if err != nil {
+		return SandboxInfo{}, "", err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout())
+	resp, err := c.Client.PodSandboxStatus(callCtx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	cancel()
+	if err != nil {
+		return SandboxInfo{}, "", fmt.Errorf("cri: status of sandbox %s of pod %s: %w", id, podUID, err)
+	}
+	status := resp.GetStatus()
+	if status.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		return SandboxInfo{}, "", fmt.Errorf("%w: pod %s (the runtime's sandbox status)", ErrHostNetwork, podUID)
+	}
+	if status.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return SandboxInfo{}, "", fmt.Errorf("%w: sandbox %s of pod %s is %s", ErrNotFound, id, podUID, status.GetState())
+	}
+	raw, ok := resp.GetInfo()["info"]
+	if !ok {
+		return SandboxInfo{}, "", fmt.Errorf("%w: sandbox %s of pod %s: the verbose status has no \"info\"", ErrBadInfo, id, podUID)
+	}
+	info, err := ParseSandboxInfo(raw)
+	if err != nil {
+		return SandboxInfo{}, "", fmt.Errorf("cri: sandbox %s of pod %s: %w", id, podUID, err)
+	}
+	switch {
+	case info.HostNetwork:
+		return SandboxInfo{}, "", fmt.Errorf("%w: pod %s (no network namespace in the sandbox's runtime spec)", ErrHostNetwork, podUID)
+	case info.NetnsClosed:
+		return SandboxInfo{}, "", fmt.Errorf("%w: the runtime says the network namespace of sandbox %s of pod %s is closed", ErrNotFound, id, podUID)
+	}
+	return info, id, nil
+}
+
+// openSandbox opens the sandbox's network namespace and returns the file
+// it was opened from. The sandbox process is the surest way: its
 // namespace is the pod's for as long as the sandbox is ready. The path is
 // next, and the only way where CRI-O runs no infra process.
-func (c CRI) sandboxInode(info SandboxInfo) (uint32, string, error) {
+func (c CRI) openSandbox(info SandboxInfo) (*Handle, string, error) {
 	var pidErr error
 	if info.Pid > 0 {
 		where := filepath.Join(c.procRoot(), strconv.Itoa(info.Pid), "ns", "net")
-		ino, err := nsInode(where, true)
+		h, err := openNs(where, true)
 		if err == nil || info.NetnsPath == "" {
-			return ino, where, err
+			return h, where, err
 		}
 		pidErr = err
 	}
 	if info.NetnsPath == "" {
-		return 0, "", fmt.Errorf("%w: the runtime names neither a process nor a namespace path", ErrNotFound)
+		return nil, "", fmt.Errorf("%w: the runtime names neither a process nor a namespace path", ErrNotFound)
 	}
 	where, err := resolveInRoot(c.HostRoot, info.NetnsPath)
 	if err == nil {
-		var ino uint32
-		if ino, err = nsInode(where, true); err == nil {
-			return ino, where, nil
+		var h *Handle
+		if h, err = openNs(where, true); err == nil {
+			return h, where, nil
 		}
 	}
 	if pidErr != nil {
-		return 0, "", fmt.Errorf("%w (and by the sandbox process: %w)", err, pidErr)
+		return nil, "", fmt.Errorf("%w (and by the sandbox process: %w)", err, pidErr)
 	}
-	return 0, "", err
+	return nil, "", err
 }
 
 // newestReadySandbox returns the ID of the pod's ready sandbox created

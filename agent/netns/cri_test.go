@@ -25,7 +25,7 @@ const (
 	crioNetns       = "/var/run/netns/5d2e0b8e-7d5c-4b4e-9d7a-0e6f1c2b3a4d"
 )
 
-func TestCRINetns(t *testing.T) {
+func TestCRIOpen(t *testing.T) {
 	ns := realNamespaces(t)
 	regular := filepath.Join(t.TempDir(), "not-a-namespace")
 	if err := os.WriteFile(regular, nil, 0o644); err != nil {
@@ -116,6 +116,16 @@ func TestCRINetns(t *testing.T) {
 			if tt.host != "" {
 				c.HostNetns = tt.host
 			}
+			h, err := c.Open(t.Context(), uid)
+			if (tt.wantErr == nil) != (err == nil) || !errors.Is(err, tt.wantErr) || (err == nil) != (h != nil) {
+				t.Fatalf("Open = %v, %v; want %v", h, err, tt.wantErr)
+			}
+			if h != nil {
+				defer h.Close()
+				if h.Inode() != tt.want || fdInode(t, h) != tt.want {
+					t.Fatalf("Open holds %d (descriptor of %d), want %d", h.Inode(), fdInode(t, h), tt.want)
+				}
+			}
 			got, err := c.Netns(t.Context(), uid)
 			if got != tt.want || (tt.wantErr == nil) != (err == nil) || !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Netns = %d, %v; want %d, %v", got, err, tt.want, tt.wantErr)
@@ -136,16 +146,16 @@ func TestCRIHostNetnsUnreadableRefuses(t *testing.T) {
 	f := &fakeRuntime{}
 	f.add("sb1", uid, ready, 100, podNet, crioInfo(t, 0, ns.podPath, true))
 	c := CRI{Client: serveCRI(t, f), HostNetns: filepath.Join(t.TempDir(), "1", "ns", "net")}
-	if ino, err := c.Netns(t.Context(), uid); err == nil || !strings.Contains(err.Error(), "host") {
-		t.Fatalf("Netns = %d, %v; want a refusal: the host's namespace is unknown", ino, err)
+	if h, err := c.Open(t.Context(), uid); !errors.Is(err, ErrHostUnknown) || h != nil {
+		t.Fatalf("Open = %v, %v; want a refusal: the host's namespace is unknown", h, err)
 	}
 }
 
 func TestCRIBadUID(t *testing.T) {
 	c := CRI{Client: serveCRI(t, &fakeRuntime{})}
 	for _, bad := range []string{"", "a/b", "a\nb"} {
-		if _, err := c.Netns(t.Context(), bad); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Netns(%q) = %v, want ErrNotFound", bad, err)
+		if h, err := c.Open(t.Context(), bad); !errors.Is(err, ErrNotFound) || h != nil {
+			t.Errorf("Open(%q) = %v, %v; want ErrNotFound", bad, h, err)
 		}
 	}
 }
@@ -153,19 +163,22 @@ func TestCRIBadUID(t *testing.T) {
 // A runtime that does not answer costs one timeout per call, and the
 // fallback answers.
 func TestCRIHangsThenProc(t *testing.T) {
+	ns := realNamespaces(t)
 	f := &fakeRuntime{hang: true}
 	c := CRI{Client: serveCRI(t, f), Timeout: 50 * time.Millisecond}
-	_, err := c.Netns(t.Context(), uid)
+	_, err := c.Open(t.Context(), uid)
 	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("Netns of a hung runtime = %v, want DeadlineExceeded", err)
+		t.Fatalf("Open of a hung runtime = %v, want DeadlineExceeded", err)
 	}
 	fb := Fallback{First: c, Second: Proc{Root: proc(t, map[string]procEntry{
-		"1":   {"0::/init.scope\n", "net:[4026531840]"},
-		"200": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532500]"},
+		"1":   {"0::/init.scope\n", ns.host},
+		"200": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
 	})}}
-	if got, err := fb.Netns(t.Context(), uid); err != nil || got != 4026532500 {
-		t.Fatalf("Fallback.Netns = %d, %v; want /proc's 4026532500", got, err)
+	h, err := fb.Open(t.Context(), uid)
+	if err != nil || h.Inode() != ns.podIno {
+		t.Fatalf("Fallback.Open = %v, %v; want /proc's %d", h, err, ns.podIno)
 	}
+	_ = h.Close()
 }
 
 func TestCRIDownFallsBackToProc(t *testing.T) {
@@ -184,16 +197,17 @@ func TestCRIDownFallsBackToProc(t *testing.T) {
 	defer closer.Close()
 	cri := CRI{Client: client}
 
+	ns := realNamespaces(t)
 	withPod := Proc{Root: proc(t, map[string]procEntry{
-		"1":   {"0::/init.scope\n", "net:[4026531840]"},
-		"200": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532500]"},
+		"1":   {"0::/init.scope\n", ns.host},
+		"200": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
 	})}
-	if got, err := (Fallback{First: cri, Second: withPod}).Netns(t.Context(), uid); err != nil || got != 4026532500 {
-		t.Fatalf("Netns = %d, %v; want /proc's 4026532500", got, err)
+	if got, err := (Fallback{First: cri, Second: withPod}).Netns(t.Context(), uid); err != nil || got != ns.podIno {
+		t.Fatalf("Netns = %d, %v; want /proc's %d", got, err, ns.podIno)
 	}
 
-	empty := Proc{Root: proc(t, map[string]procEntry{"1": {"0::/init.scope\n", "net:[4026531840]"}})}
-	_, err = Fallback{First: cri, Second: empty}.Netns(t.Context(), uid)
+	empty := Proc{Root: proc(t, map[string]procEntry{"1": {"0::/init.scope\n", ns.host}})}
+	_, err = Fallback{First: cri, Second: empty}.Open(t.Context(), uid)
 	if !errors.Is(err, ErrNotFound) || status.Code(err) != codes.Unavailable {
 		t.Fatalf("both failing: %v; want /proc's ErrNotFound and the CRI's Unavailable", err)
 	}
@@ -204,23 +218,47 @@ func TestCRIDownFallsBackToProc(t *testing.T) {
 
 func TestFallbackHostNetworkIsAnAnswer(t *testing.T) {
 	second := &countingFinder{}
-	_, err := Fallback{First: finderFunc(func(context.Context, string) (uint32, error) {
-		return 0, ErrHostNetwork
-	}), Second: second}.Netns(t.Context(), uid)
+	_, err := Fallback{First: finderFunc(func(context.Context, string) (*Handle, error) {
+		return nil, ErrHostNetwork
+	}), Second: second}.Open(t.Context(), uid)
 	if !errors.Is(err, ErrHostNetwork) || second.calls != 0 {
-		t.Fatalf("Netns = %v after %d fallback calls; want ErrHostNetwork and none", err, second.calls)
+		t.Fatalf("Open = %v after %d fallback calls; want ErrHostNetwork and none", err, second.calls)
 	}
 }
 
-type finderFunc func(context.Context, string) (uint32, error)
+// The fallback's Handle is the one Second opened, open; First's error is
+// kept in the log, not in the answer.
+func TestFallbackOpensSecond(t *testing.T) {
+	second := &countingFinder{}
+	h, err := Fallback{First: finderFunc(func(context.Context, string) (*Handle, error) {
+		return nil, ErrNotFound
+	}), Second: second}.Open(t.Context(), uid)
+	if err != nil || second.calls != 1 {
+		t.Fatalf("Open = %v, %v after %d fallback calls; want Second's Handle", h, err, second.calls)
+	}
+	defer h.Close()
+	if want := inodeOf(t, "/proc/self/ns/net"); h.Inode() != want || fdInode(t, h) != want {
+		t.Fatalf("Open holds %d (descriptor of %d), want %d", h.Inode(), fdInode(t, h), want)
+	}
+}
 
-func (f finderFunc) Netns(ctx context.Context, uid string) (uint32, error) { return f(ctx, uid) }
+type finderFunc func(context.Context, string) (*Handle, error)
 
+func (f finderFunc) Open(ctx context.Context, uid string) (*Handle, error) { return f(ctx, uid) }
+func (f finderFunc) Netns(ctx context.Context, uid string) (uint32, error) {
+	return inodeOnly(f(ctx, uid))
+}
+
+// countingFinder opens our own network namespace, and counts the calls.
 type countingFinder struct{ calls int }
 
-func (c *countingFinder) Netns(context.Context, string) (uint32, error) {
+func (c *countingFinder) Open(context.Context, string) (*Handle, error) {
 	c.calls++
-	return 4026532999, nil
+	return openNs("/proc/self/ns/net", true)
+}
+
+func (c *countingFinder) Netns(ctx context.Context, uid string) (uint32, error) {
+	return inodeOnly(c.Open(ctx, uid))
 }
 
 // A socket found under the host's root is dialled there and answers.
@@ -298,7 +336,7 @@ func TestCRIThroughProcRoot(t *testing.T) {
 	}
 	// The CRI-O path is looked up under the host root: found, and refused
 	// for what it is.
-	if _, err := c.Netns(t.Context(), "pod-2"); !errors.Is(err, ErrNotNetns) || !strings.Contains(err.Error(), "/proc/self/root"+plain) {
-		t.Fatalf("Netns of a plain file under the host root = %v, want ErrNotNetns naming it", err)
+	if _, err := c.Open(t.Context(), "pod-2"); !errors.Is(err, ErrNotNetns) || !strings.Contains(err.Error(), "/proc/self/root"+plain) {
+		t.Fatalf("Open of a plain file under the host root = %v, want ErrNotNetns naming it", err)
 	}
 }

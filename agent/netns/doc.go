@@ -1,5 +1,15 @@
-// Package netns finds a pod's network namespace inode, the member the
-// agent gives the pod's CXI services.
+// Package netns finds a pod's network namespace, whose inode is the member
+// the agent gives the pod's CXI services, and holds it open.
+//
+// An inode names a namespace only while the namespace lives: once the last
+// process has left it and its last bind mount is gone, the kernel frees it
+// and gives the number to the next namespace made, of any pod. So the
+// finders' Open methods return a [Handle], an open descriptor of the
+// namespace, which keeps it alive until it is closed: the agent holds it
+// from the moment the namespace is resolved until the pod's services are
+// destroyed. The Netns methods return the inode alone and hold nothing.
+// After a restart, [OpenInode] finds a recorded namespace again through a
+// process in it.
 //
 // Two finders, tried in this order by [Fallback]:
 //
@@ -14,11 +24,11 @@
 //   - [Proc] needs no runtime: every container of a pod, the sandbox
 //     ("pause") process first, shares the pod's network namespace and runs
 //     in a cgroup whose path names the pod UID (cgroupfs: ".../pod<uid>/...",
-//     systemd: "...-pod<uid_with_underscores>.slice"). The inode is read
-//     from the /proc/<pid>/ns/net link, "net:[<inode>]".
+//     systemd: "...-pod<uid_with_underscores>.slice"). The namespace is
+//     opened from the /proc/<pid>/ns/net link of each.
 //
 // Whatever the way, a namespace equal to the host's is refused
 // ([ErrHostNetwork]): a host-netns member would admit every host process.
-// CRI also refuses any file that is not an nsfs inode of a network
-// namespace ([ErrNotNetns]).
+// A file that is not an nsfs inode of a network namespace is refused
+// ([ErrNotNetns]).
 package netns

@@ -7,9 +7,15 @@ import (
 	"log/slog"
 )
 
-// Finder finds a pod's network namespace inode; [CRI], [Proc] and
-// [Fallback] are Finders.
+// Finder finds a pod's network namespace; [CRI], [Proc] and [Fallback]
+// are Finders.
 type Finder interface {
+	// Open returns a Handle that holds the pod's network namespace until
+	// it is closed.
+	Open(ctx context.Context, podUID string) (*Handle, error)
+	// Netns returns the namespace's inode and holds nothing: the inode
+	// may name another namespace once the pod's is freed. Open gives the
+	// guarantee against reuse; Netns stays while callers move to it.
 	Netns(ctx context.Context, podUID string) (uint32, error)
 }
 
@@ -22,19 +28,38 @@ type Fallback struct {
 	Logger *slog.Logger
 }
 
-// Netns returns First's answer, or Second's where First fails. When both
-// fail the error wraps both, Second's first.
-func (f Fallback) Netns(ctx context.Context, podUID string) (uint32, error) {
-	ino, err := f.First.Netns(ctx, podUID)
+// Open returns First's Handle, or Second's where First fails. When both
+// fail the error wraps both, Second's first. The caller closes the Handle.
+func (f Fallback) Open(ctx context.Context, podUID string) (*Handle, error) {
+	h, err := f.First.Open(ctx, podUID)
 	if err == nil || errors.Is(err, ErrHostNetwork) || ctx.Err() != nil {
-		return ino, err
+		return h, err
 	}
-	ino, err2 := f.Second.Netns(ctx, podUID)
+	h, err2 := f.Second.Open(ctx, podUID)
 	if err2 != nil {
-		return 0, fmt.Errorf("%w (before that: %w)", err2, err)
+		return nil, fmt.Errorf("%w (before that: %w)", err2, err)
 	}
 	if f.Logger != nil {
-		f.Logger.Warn("network namespace found by the fallback", "uid", podUID, "netns", ino, "first_err", err)
+		f.Logger.Warn("network namespace found by the fallback", "uid", podUID, "netns", h.Inode(), "first_err", err)
+	}
+	return h, nil
+}
+
+// Netns returns the inode of the namespace [Fallback.Open] finds, with its
+// errors. It holds nothing: once it returns, the inode may name another
+// namespace. Use Open and keep the Handle for as long as the inode is used.
+func (f Fallback) Netns(ctx context.Context, podUID string) (uint32, error) {
+	return inodeOnly(f.Open(ctx, podUID))
+}
+
+// inodeOnly returns h's inode and closes h: what the Netns methods answer.
+func inodeOnly(h *Handle, err error) (uint32, error) {
+	if err != nil {
+		return 0, err
+	}
+	ino := h.Inode()
+	if err := h.Close(); err != nil {
+		return 0, err
 	}
 	return ino, nil
 }

@@ -58,6 +58,16 @@ func realNamespaces(t *testing.T) namespaces {
 
 func startInNewNetns(t *testing.T) (int, bool) {
 	t.Helper()
+	pid, _, ok := startNetnsProcess(t)
+	return pid, ok
+}
+
+// startNetnsProcess starts a child process in a new network namespace (as
+// root, or in a new user namespace where unprivileged ones are allowed)
+// and returns its pid and a function that ends it and waits for it, which
+// the test's cleanup also calls; ok is false where neither works.
+func startNetnsProcess(t *testing.T) (pid int, stop func(), ok bool) {
+	t.Helper()
 	uid, gid := os.Getuid(), os.Getgid()
 	for _, attr := range []*syscall.SysProcAttr{
 		{Cloneflags: syscall.CLONE_NEWNET},
@@ -78,13 +88,14 @@ func startInNewNetns(t *testing.T) (int, bool) {
 			_ = stdin.Close()
 			continue
 		}
-		t.Cleanup(func() {
+		stop := sync.OnceFunc(func() {
 			_ = stdin.Close()
 			_ = cmd.Wait()
 		})
-		return cmd.Process.Pid, true
+		t.Cleanup(stop)
+		return cmd.Process.Pid, stop, true
 	}
-	return 0, false
+	return 0, nil, false
 }
 
 func inodeOf(t *testing.T, p string) uint32 {

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Errors of the finders' Netns methods.
+// Errors of the finders' Open and Netns methods.
 var (
 	// ErrNotFound: the pod has no ready sandbox, or no process of it runs.
 	ErrNotFound = errors.New("pod network namespace not found")
@@ -40,22 +40,59 @@ type Proc struct {
 	Root string
 }
 
-// Netns returns the network namespace inode of the pod with the given UID.
-// It returns an error wrapping [ErrNotFound], [ErrHostNetwork] or
-// [ErrAmbiguous], or ctx's error if ctx ends during the walk.
-func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
+// Open returns a [Handle] on the network namespace of the pod with the
+// given UID, opened from /proc/<pid>/ns/net of a process of the pod. The
+// caller closes it. It returns an error wrapping [ErrNotFound],
+// [ErrHostNetwork], [ErrAmbiguous], [ErrHostUnknown] (the host's namespace
+// unreadable) or [ErrNotNetns], or ctx's error if ctx ends during the walk.
+func (p Proc) Open(ctx context.Context, podUID string) (*Handle, error) {
 	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
-		return 0, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
+		return nil, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
 	}
+	h, err := p.openPod(ctx, podUID)
+	if err != nil {
+		return nil, err
+	}
+	// Refused when unreadable, as the CRI finder does: a namespace that
+	// cannot be compared with the host's may be the host's.
+	host, err := nsInode(filepath.Join(p.Root, "1", "ns", "net"), false)
+	if err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("%w: %w", ErrHostUnknown, err)
+	}
+	if host == h.Inode() {
+		_ = h.Close()
+		return nil, fmt.Errorf("%w: pod %s", ErrHostNetwork, podUID)
+	}
+	return h, nil
+}
+
+// Netns returns the network namespace inode of the pod with the given UID,
+// with the errors of [Proc.Open]. It holds nothing: once it returns, the
+// namespace may be freed and its inode given to another one. Use
+// [Proc.Open] and keep the Handle for as long as the inode is used.
+func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
+	return inodeOnly(p.Open(ctx, podUID))
+}
+
+// openPod opens the network namespace of the processes in a cgroup of the
+// pod, and makes sure they all share it.
+func (p Proc) openPod(ctx context.Context, podUID string) (*Handle, error) {
 	needles := []string{"pod" + podUID, "pod" + strings.ReplaceAll(podUID, "-", "_")}
 	entries, err := os.ReadDir(p.Root)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", p.Root, err)
+		return nil, fmt.Errorf("read %s: %w", p.Root, err)
 	}
-	var found uint32
+	var found *Handle
+	fail := func(err error) (*Handle, error) {
+		if found != nil {
+			_ = found.Close()
+		}
+		return nil, err
+	}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return fail(err)
 		}
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
@@ -64,29 +101,25 @@ func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
 		if err != nil || !cgroupNamesPod(string(cg), needles) {
 			continue // processes come and go while we look
 		}
-		ino, err := p.inode(e.Name())
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return 0, err
+		// Opened, not read as a link: the Handle holds what was compared.
+		h, err := openNs(filepath.Join(p.Root, e.Name(), "ns", "net"), true)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // it exited, or is a zombie
+		case err != nil:
+			return fail(fmt.Errorf("netns of pid %s: %w", e.Name(), err))
+		case found == nil:
+			found = h
+			continue
 		}
-		if found != 0 && ino != found {
-			return 0, fmt.Errorf("%w: %d and %d", ErrAmbiguous, found, ino)
+		other := h.Inode()
+		_ = h.Close()
+		if other != found.Inode() {
+			return fail(fmt.Errorf("%w: %d and %d", ErrAmbiguous, found.Inode(), other))
 		}
-		found = ino
 	}
-	if found == 0 {
-		return 0, fmt.Errorf("%w: no process in a cgroup of pod %s under %s", ErrNotFound, podUID, p.Root)
-	}
-	// Refused when unreadable, as the CRI finder does: a namespace that
-	// cannot be compared with the host's may be the host's.
-	host, err := p.inode("1")
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrHostUnknown, err)
-	}
-	if host == found {
-		return 0, fmt.Errorf("%w: pod %s", ErrHostNetwork, podUID)
+	if found == nil {
+		return nil, fmt.Errorf("%w: no process in a cgroup of pod %s under %s", ErrNotFound, podUID, p.Root)
 	}
 	return found, nil
 }

@@ -2,16 +2,15 @@ package netns
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
-// proc writes a fake proc tree: pid → (cgroup file, netns inode).
-func proc(t *testing.T, procs map[string]struct {
-	cgroup string
-	netns  string
-}) string {
+// proc writes a fake proc tree: pid → (cgroup file, target of the
+// ns/net link: a real namespace file, or a path that does not exist).
+func proc(t *testing.T, procs map[string]procEntry) string {
 	t.Helper()
 	root := t.TempDir()
 	for pid, p := range procs {
@@ -39,59 +38,96 @@ type procEntry = struct {
 
 const uid = "0b7c6e4a-1f2d-4c3b-9a8e-123456789abc"
 
-func TestProcNetns(t *testing.T) {
-	host := procEntry{"0::/init.scope\n", "net:[4026531840]"}
+func TestProcOpen(t *testing.T) {
+	ns := realNamespaces(t)
+	// A second pod namespace, where one can be made.
+	other := ""
+	if pid, ok := startInNewNetns(t); ok {
+		other = fmt.Sprintf("/proc/%d/ns/net", pid)
+	}
+	plain := filepath.Join(t.TempDir(), "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := procEntry{"0::/init.scope\n", ns.host}
 	tests := []struct {
-		name    string
-		procs   map[string]procEntry
-		want    uint32
-		wantErr error
+		name      string
+		procs     map[string]procEntry
+		needOther bool
+		want      uint32
+		wantErr   error
 	}{
-		{"cgroupfs v1", map[string]procEntry{
+		{name: "cgroupfs v1", procs: map[string]procEntry{
 			"1":   host,
-			"200": {"12:memory:/kubepods/besteffort/pod" + uid + "/abc\n4:cpu:/kubepods/besteffort/pod" + uid + "/abc\n", "net:[4026532500]"},
-			"300": {"0::/kubepods/podother/x\n", "net:[4026532600]"},
-		}, 4026532500, nil},
-		{"systemd v2", map[string]procEntry{
+			"200": {"12:memory:/kubepods/besteffort/pod" + uid + "/abc\n4:cpu:/kubepods/besteffort/pod" + uid + "/abc\n", ns.podPath},
+			"300": {"0::/kubepods/podother/x\n", ns.host},
+		}, want: ns.podIno},
+		{name: "systemd v2", procs: map[string]procEntry{
 			"1":   host,
-			"201": {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b7c6e4a_1f2d_4c3b_9a8e_123456789abc.slice/cri-containerd-1.scope\n", "net:[4026532501]"},
-			"202": {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b7c6e4a_1f2d_4c3b_9a8e_123456789abc.slice/cri-containerd-2.scope\n", "net:[4026532501]"},
-		}, 4026532501, nil},
-		{"not running", map[string]procEntry{"1": host}, 0, ErrNotFound},
-		{"uid as a prefix of another is no match", map[string]procEntry{
+			"201": {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b7c6e4a_1f2d_4c3b_9a8e_123456789abc.slice/cri-containerd-1.scope\n", ns.podPath},
+			"202": {"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b7c6e4a_1f2d_4c3b_9a8e_123456789abc.slice/cri-containerd-2.scope\n", ns.podPath},
+		}, want: ns.podIno},
+		{name: "a process exited while looked at", procs: map[string]procEntry{
 			"1":   host,
-			"203": {"0::/kubepods/pod" + uid + "0/x\n", "net:[4026532502]"},
-		}, 0, ErrNotFound},
-		{"host network", map[string]procEntry{
+			"209": {"0::/kubepods/pod" + uid + "/x\n", "/proc/self/ns/gone"},
+			"210": {"0::/kubepods/pod" + uid + "/y\n", ns.podPath},
+		}, want: ns.podIno},
+		{name: "not running", procs: map[string]procEntry{"1": host}, wantErr: ErrNotFound},
+		{name: "exited", procs: map[string]procEntry{
 			"1":   host,
-			"204": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026531840]"},
-		}, 0, ErrHostNetwork},
+			"209": {"0::/kubepods/pod" + uid + "/x\n", "/proc/self/ns/gone"},
+		}, wantErr: ErrNotFound},
+		{name: "uid as a prefix of another is no match", procs: map[string]procEntry{
+			"1":   host,
+			"203": {"0::/kubepods/pod" + uid + "0/x\n", ns.podPath},
+		}, wantErr: ErrNotFound},
+		{name: "host network", procs: map[string]procEntry{
+			"1":   {"0::/init.scope\n", ns.podPath},
+			"204": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
+		}, wantErr: ErrHostNetwork},
 		// Fails on a main where an unreadable /proc/1/ns/net was taken as
 		// "not the host's" (the real node's PID 1 is not readable by root).
-		{"host namespace unreadable", map[string]procEntry{
-			"207": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532505]"},
-		}, 0, ErrHostUnknown},
-		{"host namespace link malformed", map[string]procEntry{
-			"1":   {"0::/init.scope\n", "mnt:[4026531841]"},
-			"208": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532506]"},
-		}, 0, ErrHostUnknown},
-		{"ambiguous", map[string]procEntry{
+		{name: "host namespace unreadable", procs: map[string]procEntry{
+			"207": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
+		}, wantErr: ErrHostUnknown},
+		{name: "host namespace not a namespace", procs: map[string]procEntry{
+			"1":   {"0::/init.scope\n", plain},
+			"208": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
+		}, wantErr: ErrHostUnknown},
+		{name: "a process's namespace of another type", procs: map[string]procEntry{
 			"1":   host,
-			"205": {"0::/kubepods/pod" + uid + "/x\n", "net:[4026532503]"},
-			"206": {"0::/kubepods/pod" + uid + "/y\n", "net:[4026532504]"},
-		}, 0, ErrAmbiguous},
+			"211": {"0::/kubepods/pod" + uid + "/x\n", "/proc/self/ns/uts"},
+		}, wantErr: ErrNotNetns},
+		{name: "ambiguous", needOther: true, procs: map[string]procEntry{
+			"1":   host,
+			"205": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
+			"206": {"0::/kubepods/pod" + uid + "/y\n", other},
+		}, wantErr: ErrAmbiguous},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Proc{Root: proc(t, tt.procs)}.Netns(t.Context(), uid)
-			if !errors.Is(err, tt.wantErr) || got != tt.want {
+			if tt.needOther && other == "" {
+				t.Skip("no second network namespace possible here")
+			}
+			p := Proc{Root: proc(t, tt.procs)}
+			h, err := p.Open(t.Context(), uid)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (h != nil) {
+				t.Fatalf("Open = %v, %v; want %v", h, err, tt.wantErr)
+			}
+			if h != nil {
+				defer h.Close()
+				if h.Inode() != tt.want {
+					t.Fatalf("Open holds %d, want %d", h.Inode(), tt.want)
+				}
+			}
+			if got, err := p.Netns(t.Context(), uid); !errors.Is(err, tt.wantErr) || got != tt.want {
 				t.Fatalf("Netns = %d, %v; want %d, %v", got, err, tt.want, tt.wantErr)
 			}
 		})
 	}
 }
 
-func TestProcNetnsRealProc(t *testing.T) {
+func TestProcOpenRealProc(t *testing.T) {
 	// The real /proc parses: our own netns link has the documented form.
 	target, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
@@ -100,15 +136,15 @@ func TestProcNetnsRealProc(t *testing.T) {
 	if _, err := ParseNetnsLink(target); err != nil {
 		t.Fatalf("ParseNetnsLink(%q): %v", target, err)
 	}
-	if _, err := (Proc{Root: "/proc"}).Netns(t.Context(), uid); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Netns of an absent pod = %v, want ErrNotFound", err)
+	if _, err := (Proc{Root: "/proc"}).Open(t.Context(), uid); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Open of an absent pod = %v, want ErrNotFound", err)
 	}
 }
 
-func TestProcNetnsBadUID(t *testing.T) {
+func TestProcOpenBadUID(t *testing.T) {
 	for _, bad := range []string{"", "../x", "a\nb"} {
-		if _, err := (Proc{Root: t.TempDir()}).Netns(t.Context(), bad); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Netns(%q) = %v, want ErrNotFound", bad, err)
+		if h, err := (Proc{Root: t.TempDir()}).Open(t.Context(), bad); !errors.Is(err, ErrNotFound) || h != nil {
+			t.Errorf("Open(%q) = %v, %v; want ErrNotFound", bad, h, err)
 		}
 	}
 }
