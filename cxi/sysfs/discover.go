@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"path"
 	"slices"
+
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // Class directories, relative to the sysfs root.
@@ -16,10 +16,6 @@ const (
 	classCXIUser = "class/cxi_user"
 	classNet     = "class/net"
 )
-
-// maxAttrSize bounds what is read from one attribute. The kernel prints at
-// most a page; a larger file is not a sysfs attribute.
-const maxAttrSize = 64 << 10
 
 // Discover finds the CXI NICs in the sysfs tree fsys, which is rooted at the
 // sysfs root (os.DirFS("/sys")).
@@ -72,7 +68,7 @@ func Discover(fsys fs.FS) (*Discovery, error) {
 	for _, name := range names {
 		index, err := parseCXIName(name)
 		if err != nil {
-			d.Problems = append(d.Problems, &AttrError{Path: bases[name], Err: err})
+			d.Problems = append(d.Problems, parseErr(bases[name], err))
 			continue
 		}
 		d.NICs = append(d.NICs, readNIC(fsys, name, index, bases[name], netdevs))
@@ -88,7 +84,7 @@ func readNIC(fsys fs.FS, name string, index int, base string, netdevs map[string
 	nic.Properties.RGIDsAvail = -1
 
 	dev := base + "/device"
-	addr, uevent, err := linkedPCIAddress(fsys, dev)
+	addr, _, err := pcisysfs.LinkedAddress(fsys, dev)
 	if err != nil {
 		r.fail(err)
 		return r.finish(nic)
@@ -100,21 +96,25 @@ func readNIC(fsys fs.FS, name string, index int, base string, netdevs map[string
 		return r.finish(nic)
 	}
 
-	okV := field(r, dev+"/vendor", parseHex16, &nic.VendorID)
-	okD := field(r, dev+"/device", parseHex16, &nic.DeviceID)
-	if okV && okD {
+	ids, problems := pcisysfs.ReadFunction(fsys, dev, pcisysfs.AttrVendor|pcisysfs.AttrDevice)
+	r.problems = append(r.problems, problems...)
+	nic.VendorID, nic.DeviceID = ids.VendorID, ids.DeviceID
+	if len(problems) == 0 {
 		gen, vf, ok := Identify(nic.VendorID, nic.DeviceID)
 		if !ok {
-			r.fail(&AttrError{Path: dev + "/device", Err: fmt.Errorf("%w: PCI ID %04x:%04x is not a Cassini NIC",
-				ErrInvalidValue, nic.VendorID, nic.DeviceID)})
+			r.fail(parseErr(dev+"/device", fmt.Errorf("%w: PCI ID %04x:%04x is not a Cassini NIC",
+				ErrInvalidValue, nic.VendorID, nic.DeviceID)))
 		}
 		if gen == Cassini1 {
 			vf = cassini1VF(r, dev)
 		}
 		nic.Generation, nic.VF = gen, vf
 	}
-	optionalField(r, dev+"/numa_node", parseNUMANode, &nic.NUMANode)
-	nic.Driver = driverName(fsys, dev, uevent)
+	// numa_node may be absent (-1); the driver link is absent when none is
+	// bound, and read from the uevent where links cannot be read.
+	loc, problems := pcisysfs.ReadFunction(fsys, dev, pcisysfs.AttrNUMANode|pcisysfs.AttrDriver)
+	r.problems = append(r.problems, problems...)
+	nic.NUMANode, nic.Driver = loc.NUMANode, loc.Driver
 
 	p := dev + "/properties/"
 	props := &nic.Properties
@@ -152,11 +152,12 @@ func readNIC(fsys fs.FS, name string, index int, base string, netdevs map[string
 // PFBAR0Size it is a VF. A resource file that cannot be read or parsed is
 // recorded as a problem, and the function is taken for a PF.
 func cassini1VF(r *attrReader, dev string) bool {
-	var size uint64
-	if !field(r, dev+"/resource", parseBAR0Size, &size) {
+	fn, problems := pcisysfs.ReadFunction(r.fsys, dev, pcisysfs.AttrResources)
+	if len(problems) > 0 {
+		r.problems = append(r.problems, problems...)
 		return false
 	}
-	return size < PFBAR0Size
+	return fn.Resources[0].Len() < PFBAR0Size
 }
 
 // readNetDev reads class/net/<name>.
@@ -168,12 +169,12 @@ func readNetDev(r *attrReader, name string) *NetDev {
 	field(r, base+"/addr_assign_type", parseAddrAssignType, &nd.AddrAssignType)
 	// The kernel answers EINVAL to a read of speed while the link is down;
 	// that is "unknown", not a broken tree.
-	s, err := readAttr(r.fsys, base+"/speed")
+	s, err := pcisysfs.ReadAttr(r.fsys, base+"/speed")
 	switch {
 	case err == nil:
 		v, perr := parseSpeed(s)
 		if perr != nil {
-			r.fail(&AttrError{Path: base + "/speed", Err: perr})
+			r.fail(parseErr(base+"/speed", perr))
 		} else {
 			nd.SpeedMbps = v
 		}
@@ -198,7 +199,7 @@ func indexNetDevs(fsys fs.FS) (map[string]string, []error) {
 	byAddr := make(map[string]string, len(entries))
 	for _, e := range entries { // ReadDir sorts by name, so the first wins.
 		name := e.Name()
-		addr, _, err := linkedPCIAddress(fsys, classNet+"/"+name+"/device")
+		addr, _, err := pcisysfs.LinkedAddress(fsys, classNet+"/"+name+"/device")
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrInvalidValue) {
 				problems = append(problems, err)
@@ -213,89 +214,6 @@ func indexNetDevs(fsys fs.FS) (map[string]string, []error) {
 		byAddr[addr] = name
 	}
 	return byAddr, problems
-}
-
-// linkedPCIAddress returns the PCI address that the "device" link at
-// devLink points to: the link target's basename, the lookup libcxi and
-// cxi_stat do. Where the file system has no links (or devLink is not one) it
-// falls back to PCI_SLOT_NAME in devLink/uevent, and returns that file's
-// parsed content for further use. Errors are *AttrError.
-func linkedPCIAddress(fsys fs.FS, devLink string) (addr string, uevent map[string]string, err error) {
-	target, lerr := fs.ReadLink(fsys, devLink)
-	if lerr == nil {
-		addr, err := parsePCIAddress(path.Base(target))
-		if err != nil {
-			return "", nil, &AttrError{Path: devLink, Err: fmt.Errorf("link target %q: %w", target, err)}
-		}
-		return addr, nil, nil
-	}
-	if errors.Is(lerr, fs.ErrNotExist) {
-		return "", nil, attrErr(devLink, lerr)
-	}
-	s, rerr := readAttr(fsys, devLink+"/uevent")
-	if rerr != nil {
-		return "", nil, attrErr(devLink+"/uevent", rerr)
-	}
-	env, perr := parseUevent(s)
-	if perr == nil {
-		addr, perr = parsePCIAddress(env["PCI_SLOT_NAME"])
-	}
-	if perr != nil {
-		return "", nil, &AttrError{Path: devLink + "/uevent", Err: perr}
-	}
-	return addr, env, nil
-}
-
-// driverName returns the basename of dev/driver, or DRIVER= from the uevent
-// when links cannot be read; empty when no driver is bound.
-func driverName(fsys fs.FS, dev string, uevent map[string]string) string {
-	if target, err := fs.ReadLink(fsys, dev+"/driver"); err == nil {
-		return path.Base(target)
-	}
-	if uevent == nil {
-		s, err := readAttr(fsys, dev+"/uevent")
-		if err != nil {
-			return ""
-		}
-		if uevent, err = parseUevent(s); err != nil {
-			return ""
-		}
-	}
-	return uevent["DRIVER"]
-}
-
-// readAttr reads one attribute file, at most maxAttrSize bytes. Attributes
-// are a few bytes long, so it reads into a small buffer rather than
-// io.ReadAll's 512 bytes or io.Copy's 32 KiB.
-func readAttr(fsys fs.FS, p string) (string, error) {
-	f, err := fsys.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	buf := make([]byte, 0, 64)
-	for empty := 0; ; {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if n == 0 && err == nil {
-			if empty++; empty > 100 {
-				return "", io.ErrNoProgress
-			}
-			continue
-		}
-		if len(buf) > maxAttrSize {
-			return "", fmt.Errorf("%w: larger than %d bytes", ErrInvalidValue, maxAttrSize)
-		}
-		if errors.Is(err, io.EOF) {
-			return string(buf), nil
-		}
-		if err != nil {
-			return "", err
-		}
-	}
 }
 
 // attrReader reads the attributes of one NIC and collects the problems.
@@ -326,7 +244,7 @@ func optionalField[T any](r *attrReader, p string, parse func(string) (T, error)
 }
 
 func readInto[T any](r *attrReader, p string, parse func(string) (T, error), dst *T, optional bool) bool {
-	s, err := readAttr(r.fsys, p)
+	s, err := pcisysfs.ReadAttr(r.fsys, p)
 	if err != nil {
 		if !optional || !errors.Is(err, fs.ErrNotExist) {
 			r.fail(attrErr(p, err))
@@ -335,7 +253,7 @@ func readInto[T any](r *attrReader, p string, parse func(string) (T, error), dst
 	}
 	v, err := parse(s)
 	if err != nil {
-		r.fail(&AttrError{Path: p, Err: err})
+		r.fail(parseErr(p, err))
 		return false
 	}
 	*dst = v

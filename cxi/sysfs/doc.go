@@ -22,8 +22,11 @@
 // the values that change at run time (link, speed, pct_eq and the netdev's
 // operstate).
 //
-// The parsers (parseHex32, parseDecimal, parsePCIAddress, ...) are pure
-// functions of the attribute text and never panic; each has a fuzz target.
+// The PCI attributes (the address, vendor and device IDs, numa_node, the
+// driver, the resource file) are read by internal/pcisysfs, the one PCI
+// reader this package shares with gpu. The driver's own attributes are
+// parsed here (parseHex32, parseDecimal, parseMAC, ...): pure functions of
+// the attribute text that never panic, each with a fuzz target.
 // Nothing in this package logs, keeps state or starts goroutines, so every
 // function is safe to call concurrently on a file system that is safe for
 // concurrent reads.

@@ -1,62 +1,39 @@
 package sysfs
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // ErrMissing reports that a required attribute, link or directory does not
 // exist. An [*AttrError] whose cause is [fs.ErrNotExist] matches it with
-// errors.Is.
-var ErrMissing = errors.New("missing")
+// errors.Is. It is the same value as gpu.ErrMissing: both packages read
+// PCI attributes through one reader.
+var ErrMissing = pcisysfs.ErrMissing
 
 // ErrInvalidValue reports that an attribute exists but its content is not
 // what the driver writes (garbage, out of range, unknown device). Parse
 // errors wrap it.
-var ErrInvalidValue = errors.New("invalid value")
+var ErrInvalidValue = pcisysfs.ErrInvalidValue
 
 // AttrError is the error for one sysfs attribute, link or directory.
 //
 // Path is relative to the sysfs root, as given to [Discover], for example
-// "class/cxi/cxi0/device/properties/nid". Err is the cause: an [fs] error
-// (errors.Is(err, fs.ErrNotExist), fs.ErrPermission, ...) for a file that
-// could not be read, or an error wrapping [ErrInvalidValue] for content that
-// could not be parsed.
-type AttrError struct {
-	Path string
-	Err  error
-}
-
-func (e *AttrError) Error() string {
-	return fmt.Sprintf("sysfs %s: %v", e.Path, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *AttrError) Unwrap() error { return e.Err }
-
-// Is reports whether the error is [ErrMissing]: the file does not exist.
-// Other targets are matched through [AttrError.Unwrap].
-func (e *AttrError) Is(target error) bool {
-	return target == ErrMissing && errors.Is(e.Err, fs.ErrNotExist)
-}
+// "class/cxi/cxi0/device/properties/nid"; FS is "sysfs". Err is the cause:
+// an [fs] error (errors.Is(err, fs.ErrNotExist), fs.ErrPermission, ...) for
+// a file that could not be read, or an error wrapping [ErrInvalidValue] for
+// content that could not be parsed. errors.Is(err, ErrMissing) reports a
+// file that does not exist.
+type AttrError = pcisysfs.AttrError
 
 // attrErr builds an AttrError for path p. When err is an *fs.PathError its
 // own path (which repeats p, or a resolved form of it) is dropped so the
 // message names the file once.
-func attrErr(p string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return &AttrError{Path: p, Err: err}
+func attrErr(p string, err error) error { return pcisysfs.NewAttrError(pcisysfs.SysFS, p, err) }
+
+// parseErr is the AttrError for content of p that could not be parsed.
+func parseErr(p string, err error) error {
+	return &AttrError{FS: pcisysfs.SysFS, Path: p, Err: err}
 }
 
 // invalid returns an error wrapping ErrInvalidValue for the text s.
-func invalid(s string, why string) error {
-	const maxShown = 40
-	if len(s) > maxShown {
-		s = s[:maxShown] + "..."
-	}
-	return fmt.Errorf("%w %q: %s", ErrInvalidValue, s, why)
-}
+func invalid(s string, why string) error { return pcisysfs.Invalid(s, why) }

@@ -51,20 +51,6 @@ func FuzzParseHex32(f *testing.F) {
 	})
 }
 
-func FuzzParseHex16(f *testing.F) {
-	addSeeds(f, numericSeeds, []string{"0x1590\n", "0x17db", "0x10000"})
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseHex16(s)
-		if err != nil {
-			checkInvalid(t, s, err)
-			return
-		}
-		if back, err := parseHex16(fmt.Sprintf("0x%04x\n", v)); err != nil || back != v {
-			t.Fatalf("parseHex16(%q) = %#x, which does not round-trip: %#x, %v", s, v, back, err)
-		}
-	})
-}
-
 func FuzzParseDecimal(f *testing.F) {
 	addSeeds(f, numericSeeds)
 	f.Fuzz(func(t *testing.T, s string) {
@@ -120,20 +106,6 @@ func FuzzParseBit(f *testing.F) {
 		}
 		if want := strings.TrimSpace(s) == "1"; v != want {
 			t.Fatalf("parseBit(%q) = %v", s, v)
-		}
-	})
-}
-
-func FuzzParseNUMANode(f *testing.F) {
-	addSeeds(f, numericSeeds, []string{"-2"})
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseNUMANode(s)
-		if err != nil {
-			checkInvalid(t, s, err)
-			return
-		}
-		if v < -1 {
-			t.Fatalf("parseNUMANode(%q) = %d", s, v)
 		}
 	})
 }
@@ -197,42 +169,6 @@ func FuzzParseText(f *testing.F) {
 	})
 }
 
-func FuzzParsePCIAddress(f *testing.F) {
-	addSeeds(f, []string{"0000:21:00.0", "0000:C1:1F.7\n", "10000:e1:00.0", "0000:21:20.0", "virtio0", "..", "", "0:0:0.0"})
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parsePCIAddress(s)
-		if err != nil {
-			checkInvalid(t, s, err)
-			return
-		}
-		if back, err := parsePCIAddress(v); err != nil || back != v || strings.ToLower(v) != v {
-			t.Fatalf("parsePCIAddress(%q) = %q, not canonical: %q, %v", s, v, back, err)
-		}
-	})
-}
-
-func FuzzParseUevent(f *testing.F) {
-	addSeeds(f, []string{"DRIVER=cxi_ss1\nPCI_CLASS=20000\nPCI_ID=1590:0371\nPCI_SLOT_NAME=0000:21:00.0\n",
-		"", "\n\n", "X", "=v", "A=b=c\n", "MAJOR=508\r\nMINOR=0"})
-	f.Fuzz(func(t *testing.T, s string) {
-		env, err := parseUevent(s)
-		if err != nil {
-			checkInvalid(t, s, err)
-			return
-		}
-		var b strings.Builder
-		for _, k := range slices.Sorted(maps.Keys(env)) {
-			if k == "" || strings.IndexFunc(k, notUeventKeyRune) >= 0 {
-				t.Fatalf("parseUevent(%q): bad key %q", s, k)
-			}
-			fmt.Fprintf(&b, "%s=%s\n", k, env[k])
-		}
-		if back, err := parseUevent(b.String()); err != nil || !maps.Equal(back, env) {
-			t.Fatalf("parseUevent(%q) = %v, which does not round-trip: %v, %v", s, env, back, err)
-		}
-	})
-}
-
 func FuzzParseCXIName(f *testing.F) {
 	addSeeds(f, []string{"cxi0", "cxi17", "cxi", "cxi01", "cxi-1", "hsn0", "cxi99999999999999999999", "cxi1048577"})
 	f.Fuzz(func(t *testing.T, s string) {
@@ -285,25 +221,6 @@ func FuzzParseAddrAssignType(f *testing.F) {
 		}
 		if v < AddrAssignPermanent || v > AddrAssignSet {
 			t.Fatalf("parseAddrAssignType(%q) = %d", s, v)
-		}
-	})
-}
-
-func FuzzParseBAR0Size(f *testing.F) {
-	addSeeds(f, []string{"0x0000200000000000 0x000020007fffffff 0x000000000014220c\n",
-		"0x0 0x0 0x0\n", "0x20 0x10 0x0", "0x0 0xffffffffffffffff 0x0", "0x1 0x1 0x1 0x1", "1 2 3"})
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseBAR0Size(s)
-		if err != nil {
-			checkInvalid(t, s, err)
-			return
-		}
-		if v < 2 {
-			return
-		}
-		back, err := parseBAR0Size(fmt.Sprintf("0x%016x 0x%016x 0x%016x\n", 0, v-1, 0))
-		if err != nil || back != v {
-			t.Fatalf("parseBAR0Size(%q) = %d, which does not round-trip: %d, %v", s, v, back, err)
 		}
 	})
 }

@@ -1,17 +1,20 @@
 package sysfs
 
 import (
-	"errors"
 	"net"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // The parsers below take the raw text of one sysfs attribute, as the kernel
 // prints it (value and a trailing newline), and return the value or an error
-// wrapping ErrInvalidValue. They are pure and never panic.
+// wrapping ErrInvalidValue. They are pure and never panic. The PCI
+// attributes (address, IDs, numa_node, resource, uevent) are read by
+// internal/pcisysfs, which gpu shares.
 
 // trimValue drops the surrounding white space; the kernel ends every value
 // with "\n" and libcxi's fscanf also skips leading blanks.
@@ -20,64 +23,8 @@ func trimValue(s string) string { return strings.TrimSpace(s) }
 // parseHex32 parses a "0x%x" value (nid, nic_addr). The prefix is optional,
 // as with sscanf("%x").
 func parseHex32(s string) (uint32, error) {
-	v, err := parseHex(s, 32)
+	v, err := pcisysfs.ParseHex(s, 32)
 	return uint32(v), err
-}
-
-// parseHex16 parses a 16-bit "0x%04x" value (PCI vendor and device IDs).
-func parseHex16(s string) (uint16, error) {
-	v, err := parseHex(s, 16)
-	return uint16(v), err
-}
-
-func parseHex(s string, bits int) (uint64, error) {
-	t := trimValue(s)
-	digits := t
-	if len(digits) >= 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X') {
-		digits = digits[2:]
-	}
-	if digits == "" {
-		return 0, invalid(s, "want a hexadecimal number")
-	}
-	v, err := strconv.ParseUint(digits, 16, bits)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) {
-			return 0, invalid(s, "does not fit in "+strconv.Itoa(bits)+" bits")
-		}
-		return 0, invalid(s, "want a hexadecimal number")
-	}
-	return v, nil
-}
-
-// parseBAR0Size parses a PCI function's resource file, one
-// "0x%016llx 0x%016llx 0x%016llx" line (start, end, flags) per resource,
-// and returns the length of BAR 0, the first line. Like the kernel's
-// pci_resource_len, an end of 0 (a BAR not assigned) is length 0.
-func parseBAR0Size(s string) (uint64, error) {
-	line, _, _ := strings.Cut(s, "\n")
-	fields := strings.Fields(line)
-	if len(fields) != 3 {
-		return 0, invalid(s, "want start, end and flags on the first line")
-	}
-	var v [3]uint64
-	for i, f := range fields {
-		if !strings.HasPrefix(f, "0x") {
-			return 0, invalid(s, "want 0x-prefixed hexadecimal numbers")
-		}
-		n, err := parseHex(f, 64)
-		if err != nil {
-			return 0, err
-		}
-		v[i] = n
-	}
-	start, end := v[0], v[1]
-	switch {
-	case end == 0:
-		return 0, nil
-	case end < start || end-start == ^uint64(0):
-		return 0, invalid(s, "BAR 0 is not a range of addresses")
-	}
-	return end - start + 1, nil
 }
 
 // parseDecimal parses a "%d" value: a signed decimal that fits a C int.
@@ -126,19 +73,6 @@ func parseBit(s string) (bool, error) {
 		return true, nil
 	}
 	return false, invalid(s, "want 0 or 1")
-}
-
-// parseNUMANode parses a PCI device's numa_node; -1 means the platform does
-// not say.
-func parseNUMANode(s string) (int, error) {
-	v, err := parseDecimal(s)
-	if err != nil {
-		return 0, err
-	}
-	if v < -1 {
-		return 0, invalid(s, "want a node number or -1")
-	}
-	return v, nil
 }
 
 // parseSpeed parses a speed in Mb/s (properties/speed, class/net/*/speed);
@@ -194,75 +128,6 @@ func parseText(s string) (string, error) {
 		}
 	}
 	return t, nil
-}
-
-// parsePCIAddress parses a PCI function address "DDDD:BB:DD.F" (domain, bus,
-// device, function, hexadecimal), the basename of a "device" link, and
-// returns it in the kernel's canonical lower-case form.
-func parsePCIAddress(s string) (string, error) {
-	t := trimValue(s)
-	domain, rest, ok1 := strings.Cut(t, ":")
-	bus, rest, ok2 := strings.Cut(rest, ":")
-	dev, fn, ok3 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || !ok3 {
-		return "", invalid(s, "want a PCI address DDDD:BB:DD.F")
-	}
-	d, err1 := hexField(domain, 4, 8, 0xffffffff)
-	b, err2 := hexField(bus, 2, 2, 0xff)
-	v, err3 := hexField(dev, 2, 2, 0x1f)
-	f, err4 := hexField(fn, 1, 1, 0x7)
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-		return "", invalid(s, "want a PCI address DDDD:BB:DD.F")
-	}
-	return formatPCIAddress(d, b, v, f), nil
-}
-
-// hexField parses a fixed-width hexadecimal field of minLen to maxLen digits
-// no greater than maxVal.
-func hexField(s string, minLen, maxLen int, maxVal uint64) (uint64, error) {
-	if len(s) < minLen || len(s) > maxLen {
-		return 0, ErrInvalidValue
-	}
-	v, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || v > maxVal {
-		return 0, ErrInvalidValue
-	}
-	return v, nil
-}
-
-func formatPCIAddress(domain, bus, dev, fn uint64) string {
-	const hexdigits = "0123456789abcdef"
-	var b []byte
-	d := strconv.FormatUint(domain, 16)
-	for i := len(d); i < 4; i++ {
-		b = append(b, '0')
-	}
-	b = append(b, d...)
-	b = append(b, ':', hexdigits[bus>>4], hexdigits[bus&0xf], ':',
-		hexdigits[dev>>4], hexdigits[dev&0xf], '.', hexdigits[fn])
-	return string(b)
-}
-
-// parseUevent parses a uevent file: KEY=VALUE lines, as the kernel writes
-// them for a PCI device (DRIVER=, PCI_ID=, PCI_SLOT_NAME=, ...).
-func parseUevent(s string) (map[string]string, error) {
-	env := make(map[string]string, 8)
-	for line := range strings.Lines(s) {
-		line = strings.TrimRight(line, "\n")
-		if line == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || k == "" || strings.IndexFunc(k, notUeventKeyRune) >= 0 {
-			return nil, invalid(line, "want KEY=VALUE lines")
-		}
-		env[k] = v
-	}
-	return env, nil
-}
-
-func notUeventKeyRune(r rune) bool {
-	return (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_'
 }
 
 // maxCXIIndex bounds the number in a cxiN name. The driver's counter is

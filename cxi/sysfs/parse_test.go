@@ -56,16 +56,6 @@ func TestParseHex32(t *testing.T) {
 	})
 }
 
-func TestParseHex16(t *testing.T) {
-	runParse(t, "parseHex16", parseHex16, []parseCase[uint16]{
-		{in: "0x1590\n", want: 0x1590},
-		{in: "0x17db\n", want: 0x17db},
-		{in: "0xffff", want: 0xffff},
-		{in: "0x10000\n", wantErr: true},
-		{in: "garbage\n", wantErr: true},
-	})
-}
-
 func TestParseDecimal(t *testing.T) {
 	runParse(t, "parseDecimal", parseDecimal, []parseCase[int]{
 		{in: "200000\n", want: 200000},
@@ -111,15 +101,6 @@ func TestParseBit(t *testing.T) {
 	})
 }
 
-func TestParseNUMANode(t *testing.T) {
-	runParse(t, "parseNUMANode", parseNUMANode, []parseCase[int]{
-		{in: "1\n", want: 1},
-		{in: "-1\n", want: -1},
-		{in: "-2\n", wantErr: true},
-		{in: "node0\n", wantErr: true},
-	})
-}
-
 func TestParseSpeed(t *testing.T) {
 	runParse(t, "parseSpeed", parseSpeed, []parseCase[int]{
 		{in: "200000\n", want: 200000},
@@ -158,36 +139,6 @@ func TestParseText(t *testing.T) {
 		{in: "\x01garbage\xff\n", wantErr: true},
 		{in: "a\x00b", wantErr: true},
 		{in: "two\nlines\n", wantErr: true},
-	})
-}
-
-func TestParsePCIAddress(t *testing.T) {
-	runParse(t, "parsePCIAddress", parsePCIAddress, []parseCase[string]{
-		{in: "0000:21:00.0", want: "0000:21:00.0"},
-		{in: "0000:C1:1F.7\n", want: "0000:c1:1f.7"},
-		{in: "10000:e1:00.0", want: "10000:e1:00.0"}, // VMD domains have five digits
-		{in: "0000:21:20.0", wantErr: true},          // device is 5 bits
-		{in: "0000:21:00.8", wantErr: true},          // function is 3 bits
-		{in: "000:21:00.0", wantErr: true},
-		{in: "0000:121:00.0", wantErr: true},
-		{in: "0000:21:00", wantErr: true},
-		{in: "virtio0", wantErr: true},
-		{in: "..", wantErr: true},
-		{in: "", wantErr: true},
-		{in: "0000:+1:00.0", wantErr: true},
-	})
-}
-
-func TestParseUevent(t *testing.T) {
-	runParse(t, "parseUevent", parseUevent, []parseCase[map[string]string]{
-		{in: "DRIVER=cxi_ss1\nPCI_SLOT_NAME=0000:21:00.0\n",
-			want: map[string]string{"DRIVER": "cxi_ss1", "PCI_SLOT_NAME": "0000:21:00.0"}},
-		{in: "", want: map[string]string{}},
-		{in: "MODALIAS=pci:v00001590d00000371sv00001590sd00000371bc02sc00i00\n\n",
-			want: map[string]string{"MODALIAS": "pci:v00001590d00000371sv00001590sd00000371bc02sc00i00"}},
-		{in: "no equals sign\n", wantErr: true},
-		{in: "=value\n", wantErr: true},
-		{in: "lower=case\n", wantErr: true},
 	})
 }
 
@@ -233,23 +184,6 @@ func TestParseAddrAssignType(t *testing.T) {
 		{in: "0\n", want: AddrAssignPermanent},
 		{in: "4\n", wantErr: true},
 		{in: "-1\n", wantErr: true},
-	})
-}
-
-func TestParseBAR0Size(t *testing.T) {
-	const zero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
-	runParse(t, "parseBAR0Size", parseBAR0Size, []parseCase[uint64]{
-		{in: "0x0000200000000000 0x000020007fffffff 0x000000000014220c\n" + zero, want: 2 << 30},
-		{in: "0x0000201000000000 0x000020101fffffff 0x000000000014220c\n", want: 512 << 20},
-		{in: zero + "0x0000200000000000 0x000020007fffffff 0x000000000014220c\n", want: 0},
-		{in: "0x0000000000000000 0x0000000000000fff 0x0000000000040200", want: 4096},
-		{in: "0x10 0x10 0x0", want: 1},
-		{in: "0x0 0xffffffffffffffff 0x0", wantErr: true},
-		{in: "0x20 0x10 0x0", wantErr: true},
-		{in: "0x0000200000000000 0x000020007fffffff\n", wantErr: true},
-		{in: "200000000000 20007fffffff 14220c\n", wantErr: true},
-		{in: "0x10 0xzz 0x0", wantErr: true},
-		{in: "", wantErr: true},
 	})
 }
 
