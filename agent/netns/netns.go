@@ -124,6 +124,59 @@ func (p Proc) openPod(ctx context.Context, podUID string) (*Handle, error) {
 	return found, nil
 }
 
+// OpenInode returns a [Handle] on the live network namespace whose inode
+// is ino, opened from /proc/<pid>/ns/net of a process in it under procRoot:
+// for an agent that restarts with only the inode it recorded. It returns
+// an error wrapping [ErrNotFound] when no process is in that namespace (a
+// namespace only a bind mount keeps is not found), or ctx's error.
+//
+// A Handle from it holds the namespace from now on, not since the inode
+// was recorded: while nothing held it, the pod's namespace may have been
+// freed and the inode given to another. The caller checks that the holder
+// is the pod's, by [Proc.Open] or [CRI.Open] of the pod's UID and an equal
+// inode. It is never the host's: the host's namespace lives as long as the
+// host, so its inode is never given to another namespace, and a recorded
+// inode was refused before it was recorded if it was the host's.
+func OpenInode(ctx context.Context, procRoot string, ino uint32) (*Handle, error) {
+	if ino == 0 {
+		return nil, fmt.Errorf("%w: inode 0", ErrNotFound)
+	}
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", procRoot, err)
+	}
+	p := Proc{Root: procRoot}
+	var openErr error // why a process in it could not be opened
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		// The link is read first, which opens nothing: most processes
+		// are in other namespaces.
+		if got, err := p.inode(e.Name()); err != nil || got != ino {
+			continue
+		}
+		h, err := openNs(filepath.Join(procRoot, e.Name(), "ns", "net"), true)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) { // else it exited
+				openErr = err
+			}
+			continue
+		}
+		if h.Inode() == ino {
+			return h, nil
+		}
+		_ = h.Close() // it moved, or its pid was reused meanwhile
+	}
+	if openErr != nil {
+		return nil, fmt.Errorf("%w: network namespace %d under %s: %w", ErrNotFound, ino, procRoot, openErr)
+	}
+	return nil, fmt.Errorf("%w: no process in network namespace %d under %s", ErrNotFound, ino, procRoot)
+}
+
 func (p Proc) inode(pid string) (uint32, error) {
 	link := filepath.Join(p.Root, pid, "ns", "net")
 	target, err := os.Readlink(link)
