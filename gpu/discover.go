@@ -3,11 +3,11 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"path"
 	"slices"
 	"strconv"
+
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // Vendor is a GPU maker, spelled as the machine type's gpu.type.
@@ -110,9 +110,6 @@ func (d *Discovery) Err() error {
 // NVIDIA's per-GPU information files, relative to the procfs root.
 const nvidiaGPUsDir = "driver/nvidia/gpus"
 
-// maxAttrSize bounds one attribute read; the kernel prints at most a page.
-const maxAttrSize = 64 << 10
-
 // Discover finds the NVIDIA and AMD GPUs in the sysfs tree sysfs (rooted at
 // /sys) and reads NVIDIA's per-GPU information from procfs (rooted at
 // /proc; nil when there is none).
@@ -120,9 +117,10 @@ const maxAttrSize = 64 << 10
 // A GPU is a PCI function of class 0x03xxxx whose vendor is NVIDIA (0x10de)
 // or AMD (0x1002). The functions are listed from bus/pci/devices, or, where
 // that directory is missing, found below devices/pci*/. For each GPU it
-// reads the device ID, the NUMA node, the bound driver, its place in the
-// PCIe hierarchy (from the bus/pci/devices link, else from the directory
-// path below devices/), and, by vendor:
+// reads the device ID, the NUMA node, the bound driver (from the driver
+// link, else DRIVER= in its uevent), its place in the PCIe hierarchy (from
+// the bus/pci/devices link, else from the directory path below devices/),
+// all through internal/pcisysfs, and, by vendor:
 //
 //   - NVIDIA: driver/nvidia/gpus/<addr>/information in procfs: Model, GPU
 //     UUID and Device Minor (the node /dev/nvidia<minor>).
@@ -141,15 +139,15 @@ func Discover(sysfs, procfs fs.FS) (*Discovery, error) {
 	if sysfs == nil {
 		return nil, errors.New("discover gpus: nil sysfs")
 	}
-	tree := &pciTree{fsys: sysfs}
-	addrs, problems, err := tree.listPCI()
+	tree := pcisysfs.NewTree(sysfs)
+	addrs, problems, err := tree.List()
 	if err != nil {
 		return nil, fmt.Errorf("discover gpus: %w", err)
 	}
 	slices.Sort(addrs)
 	d := &Discovery{Problems: problems}
 	for _, addr := range addrs {
-		g, isGPU, perr := probe(tree, addr)
+		g, isGPU, perr := probe(sysfs, tree.Dir(addr), addr)
 		if perr != nil {
 			d.Problems = append(d.Problems, perr)
 		}
@@ -163,71 +161,55 @@ func Discover(sysfs, procfs fs.FS) (*Discovery, error) {
 		g := &d.GPUs[i]
 		g.Index = counts[g.Vendor]
 		counts[g.Vendor]++
-		readGPU(tree, procfs, g)
+		readGPU(sysfs, tree, procfs, g)
 	}
 	return d, nil
 }
 
-// probe reads the class and vendor of one PCI function and reports whether
-// it is a GPU. An error means the function may be a GPU but could not be
-// told; it is reported as a discovery problem.
-func probe(tree *pciTree, addr string) (GPU, bool, error) {
-	dir := busPCIDevices + "/" + addr
-	if tree.walked != nil {
-		if p, ok := tree.walked[addr]; ok {
-			if _, err := fs.Stat(tree.fsys, dir); err != nil {
-				dir = p
-			}
-		}
+// probe reads the class and vendor of the PCI function addr, whose
+// directory is dir, and reports whether it is a GPU. An error means the
+// function may be a GPU but could not be told; it is reported as a
+// discovery problem.
+func probe(fsys fs.FS, dir, addr string) (GPU, bool, error) {
+	class, problems := pcisysfs.ReadFunction(fsys, dir, pcisysfs.AttrClass)
+	if len(problems) > 0 {
+		return GPU{}, false, problems[0]
 	}
-	class, err := readParsed(tree.fsys, fsSys, dir+"/class", parseClass)
-	if err != nil {
-		return GPU{}, false, err
-	}
-	if class>>16 != ClassDisplay {
+	if class.Class>>16 != ClassDisplay {
 		return GPU{}, false, nil
 	}
-	vid, err := readParsed(tree.fsys, fsSys, dir+"/vendor", parseHex16)
-	if err != nil {
-		return GPU{}, false, err
+	ids, problems := pcisysfs.ReadFunction(fsys, dir, pcisysfs.AttrVendor)
+	if len(problems) > 0 {
+		return GPU{}, false, problems[0]
 	}
-	v := vendorOf(vid)
+	v := vendorOf(ids.VendorID)
 	if v == "" {
 		return GPU{}, false, nil
 	}
-	return GPU{PCIAddress: addr, Vendor: v, VendorID: vid, Class: class, NUMANode: -1}, true, nil
+	return GPU{PCIAddress: addr, Vendor: v, VendorID: ids.VendorID, Class: class.Class, NUMANode: -1}, true, nil
 }
 
 // readGPU fills in everything after the class and vendor; it records
 // problems and never fails.
-func readGPU(tree *pciTree, procfs fs.FS, g *GPU) {
-	fail := func(err error) { g.Problems = append(g.Problems, err) }
-	dir, topo, err := tree.locate(g.PCIAddress)
+func readGPU(fsys fs.FS, tree *pcisysfs.Tree, procfs fs.FS, g *GPU) {
+	dir, topo, err := tree.Locate(g.PCIAddress)
 	if err != nil {
-		fail(err)
+		g.Problems = append(g.Problems, err)
 	}
 	if dir == "" {
 		return
 	}
 	g.Topology = topo
-	if v, err := readParsed(tree.fsys, fsSys, dir+"/device", parseHex16); err != nil {
-		fail(err)
-	} else {
-		g.DeviceID = v
-	}
-	if v, err := readParsed(tree.fsys, fsSys, dir+"/numa_node", parseNUMANode); err == nil {
-		g.NUMANode = v
-	} else if !errors.Is(err, ErrMissing) {
-		fail(err)
-	}
-	if target, err := fs.ReadLink(tree.fsys, dir+"/driver"); err == nil {
-		g.Driver = path.Base(target)
-	}
+	// numa_node may be absent (-1), and so may the driver.
+	fn, problems := pcisysfs.ReadFunction(fsys, dir, pcisysfs.AttrDevice|pcisysfs.AttrNUMANode|pcisysfs.AttrDriver)
+	g.Problems = append(g.Problems, problems...)
+	g.DeviceID, g.NUMANode, g.Driver = fn.DeviceID, fn.NUMANode, fn.Driver
+	fail := func(err error) { g.Problems = append(g.Problems, err) }
 	switch g.Vendor {
 	case NVIDIA:
 		readNVIDIA(procfs, g, fail)
 	case AMD:
-		readAMD(tree.fsys, dir, g, fail)
+		readAMD(fsys, dir, g, fail)
 	}
 }
 
@@ -237,7 +219,7 @@ func readNVIDIA(procfs fs.FS, g *GPU, fail func(error)) {
 		fail(&AttrError{FS: fsProc, Path: p, Err: fmt.Errorf("no procfs given: %w", fs.ErrNotExist)})
 		return
 	}
-	info, err := readParsed(procfs, fsProc, p, parseNVIDIAInfo)
+	info, err := pcisysfs.Read(procfs, fsProc, p, parseNVIDIAInfo)
 	if err != nil {
 		fail(err)
 		return
@@ -256,12 +238,12 @@ func readNVIDIA(procfs fs.FS, g *GPU, fail func(error)) {
 }
 
 func readAMD(fsys fs.FS, dir string, g *GPU, fail func(error)) {
-	if v, err := readParsed(fsys, fsSys, dir+"/product_name", parseText); err != nil {
+	if v, err := pcisysfs.Read(fsys, fsSys, dir+"/product_name", parseText); err != nil {
 		fail(err)
 	} else {
 		g.Product = v
 	}
-	if v, err := readParsed(fsys, fsSys, dir+"/unique_id", parseAMDUniqueID); err == nil {
+	if v, err := pcisysfs.Read(fsys, fsSys, dir+"/unique_id", parseAMDUniqueID); err == nil {
 		g.UUID = v
 	} else if !errors.Is(err, ErrMissing) {
 		fail(err)
@@ -288,35 +270,4 @@ func readAMD(fsys fs.FS, dir string, g *GPU, fail func(error)) {
 	}
 	g.DevNodes = []string{"dri/renderD" + strconv.Itoa(render)}
 	g.SharedDevNodes = slices.Clone(amdSharedNodes)
-}
-
-// readParsed reads and parses one file; errors are *AttrError.
-func readParsed[T any](fsys fs.FS, fsName, p string, parse func(string) (T, error)) (T, error) {
-	var zero T
-	s, err := readAttr(fsys, p)
-	if err != nil {
-		return zero, attrErr(fsName, p, err)
-	}
-	v, err := parse(s)
-	if err != nil {
-		return zero, &AttrError{FS: fsName, Path: p, Err: err}
-	}
-	return v, nil
-}
-
-// readAttr reads a file of at most maxAttrSize bytes.
-func readAttr(fsys fs.FS, p string) (string, error) {
-	f, err := fsys.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxAttrSize+1))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxAttrSize {
-		return "", fmt.Errorf("%w: larger than %d bytes", ErrInvalidValue, maxAttrSize)
-	}
-	return string(b), nil
 }

@@ -32,7 +32,8 @@
 //
 // Nothing here logs, keeps global state or starts goroutines; all functions
 // are safe for concurrent use, and a [Carving] is read-only after [Carve].
-// The parsers are pure and fuzzed. Tests run on trees that
-// internal/mocksysfs and the package's own builders write; no real GPU node
-// has been read by this code.
+// The PCI attributes and the PCIe topology are read by internal/pcisysfs,
+// the reader cxi/sysfs shares; the GPU files' parsers here are pure and
+// fuzzed. Tests run on trees that internal/mocksysfs and the package's own
+// builders write; no real GPU node has been read by this code.
 package gpu

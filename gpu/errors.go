@@ -2,8 +2,8 @@ package gpu
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
+
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // Sentinel errors. Discovery errors are [*AttrError]s that match
@@ -12,10 +12,12 @@ import (
 var (
 	// ErrMissing reports that a required attribute, link or directory does
 	// not exist. An [*AttrError] whose cause is [fs.ErrNotExist] matches it.
-	ErrMissing = errors.New("missing")
+	// It is the same value as cxi/sysfs's: both read PCI attributes through
+	// one reader.
+	ErrMissing = pcisysfs.ErrMissing
 	// ErrInvalidValue reports that an attribute exists but its content is
 	// not what the kernel or the driver writes.
-	ErrInvalidValue = errors.New("invalid value")
+	ErrInvalidValue = pcisysfs.ErrInvalidValue
 	// ErrNotInNodePool reports that the node has no entry in the GPU node
 	// pool, so it offers no machine type.
 	ErrNotInNodePool = errors.New("node is not in the GPU node pool")
@@ -41,46 +43,19 @@ var (
 // that tree's root, as given to [Discover], for example
 // "bus/pci/devices/0000:17:00.0/numa_node" or
 // "driver/nvidia/gpus/0000:17:00.0/information". Err is the cause: an [fs]
-// error for a file that could not be read (errors.Is(err, fs.ErrNotExist)),
-// or an error wrapping [ErrInvalidValue] for content that could not be
-// parsed.
-type AttrError struct {
-	FS   string
-	Path string
-	Err  error
-}
-
-func (e *AttrError) Error() string { return fmt.Sprintf("%s %s: %v", e.FS, e.Path, e.Err) }
-
-// Unwrap returns the cause.
-func (e *AttrError) Unwrap() error { return e.Err }
-
-// Is reports whether target is [ErrMissing] and the file does not exist.
-// Other targets are matched through [AttrError.Unwrap].
-func (e *AttrError) Is(target error) bool {
-	return target == ErrMissing && errors.Is(e.Err, fs.ErrNotExist)
-}
+// error for a file that could not be read (errors.Is(err, fs.ErrNotExist),
+// which errors.Is(err, ErrMissing) reports), or an error wrapping
+// [ErrInvalidValue] for content that could not be parsed.
+type AttrError = pcisysfs.AttrError
 
 const (
-	fsSys  = "sysfs"
+	fsSys  = pcisysfs.SysFS
 	fsProc = "procfs"
 )
 
 // attrErr builds an AttrError. An *fs.PathError's own path, which repeats
 // p, is dropped so the message names the file once.
-func attrErr(fsName, p string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return &AttrError{FS: fsName, Path: p, Err: err}
-}
+func attrErr(fsName, p string, err error) error { return pcisysfs.NewAttrError(fsName, p, err) }
 
 // invalid returns an error wrapping ErrInvalidValue for the text s.
-func invalid(s, why string) error {
-	const maxShown = 40
-	if len(s) > maxShown {
-		s = s[:maxShown] + "..."
-	}
-	return fmt.Errorf("%w %q: %s", ErrInvalidValue, s, why)
-}
+func invalid(s, why string) error { return pcisysfs.Invalid(s, why) }

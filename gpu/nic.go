@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
+	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
 // NIC is a Slingshot NIC as carving sees it.
@@ -31,7 +32,7 @@ func NICsFromCXI(fsys fs.FS, nics []sysfs.NIC) ([]NIC, []error) {
 	if fsys == nil {
 		return nil, []error{errors.New("nic topology: nil sysfs")}
 	}
-	tree := &pciTree{fsys: fsys}
+	tree := pcisysfs.NewTree(fsys)
 	out := make([]NIC, 0, len(nics))
 	var errs []error
 	for _, n := range nics {
@@ -40,7 +41,7 @@ func NICsFromCXI(fsys fs.FS, nics []sysfs.NIC) ([]NIC, []error) {
 			continue
 		}
 		nic := NIC{Name: n.Name, PCIAddress: n.PCIAddress, NUMANode: n.NUMANode}
-		if _, topo, err := tree.locate(n.PCIAddress); err != nil {
+		if _, topo, err := tree.Locate(n.PCIAddress); err != nil {
 			errs = append(errs, fmt.Errorf("nic %s: %w", n.Name, err))
 		} else {
 			nic.Topology = topo
