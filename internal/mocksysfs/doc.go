@@ -38,6 +38,10 @@
 // (ss1/cass_core.c) tells them apart by that size alone. VFs have no uc/,
 // fru/ or netdev, and a physfn link; PFs have sriov_numvfs and virtfnN links.
 //
+// Every NIC's device/properties/num_* hold the driver's resource maxima
+// ([DefaultMaxima]) unless [Spec.Maxima] gives that NIC its own, so a test
+// can make a NIC whose limits are lower.
+//
 // [Spec.Faults] injects faults: a link down, a retry handler that is not
 // running, a missing file or a garbage value. [SetLink] and
 // [SetRetryHandler] change an existing tree atomically for health tests.

@@ -568,3 +568,45 @@ func TestSetLinkAndRetryHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteMaxima writes NICs whose resource maxima (num_*) are below the
+// driver's defaults, a PF and a VF, and refuses maxima of no NIC or out of
+// the 16-bit range the service descriptor has.
+func TestWriteMaxima(t *testing.T) {
+	low := ResourceMaxima{LEs: 8192, TLEs: 1024}
+	truth := write(t, Spec{NICs: 2, VFsPerNIC: 1, Seed: 4, Maxima: map[int]ResourceMaxima{1: low, 3: {PTEs: 1}}})
+	want := map[string]ResourceMaxima{
+		"cxi0": DefaultMaxima,
+		"cxi1": {PTEs: 2048, TXQs: 1024, TGQs: 512, EQs: 2047, CTs: 2047, ACs: 1022, TLEs: 1024, LEs: 8192},
+		"cxi2": DefaultMaxima,
+		"cxi3": {PTEs: 1, TXQs: 1024, TGQs: 512, EQs: 2047, CTs: 2047, ACs: 1022, TLEs: 2048, LEs: 16384},
+	}
+	for _, n := range truth.NICs {
+		w := want[n.Name]
+		p := n.Properties
+		if got := (ResourceMaxima{PTEs: p.PTEs, TXQs: p.TXQs, TGQs: p.TGQs, EQs: p.EQs, CTs: p.CTs, ACs: p.ACs,
+			TLEs: p.TLEs, LEs: p.LEs}); got != w {
+			t.Errorf("%s: truth %+v, want %+v", n.Name, got, w)
+		}
+		props := filepath.Join(truth.SysRoot, n.ClassPath, "device/properties")
+		for name, v := range w.fields() {
+			if got := readFile(t, filepath.Join(props, "num_"+name)); got != fmt.Sprintf("%d\n", *v) {
+				t.Errorf("%s: num_%s = %q, want %d", n.Name, name, got, *v)
+			}
+		}
+	}
+	for _, c := range []struct {
+		maxima map[int]ResourceMaxima
+		want   string
+	}{
+		{map[int]ResourceMaxima{4: low}, "maxima of cxi4: no such NIC (cxi0 to cxi3)"},
+		{map[int]ResourceMaxima{-1: low}, "maxima of cxi-1: no such NIC"},
+		{map[int]ResourceMaxima{0: {LEs: -1}}, "maxima of cxi0: num_les -1 is not 0 to 65535"},
+		{map[int]ResourceMaxima{0: {TLEs: 65536}}, "maxima of cxi0: num_tles 65536 is not 0 to 65535"},
+	} {
+		spec := Spec{NICs: 2, VFsPerNIC: 1, Maxima: c.maxima}
+		if err := spec.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(maxima %v) = %v, want %q", c.maxima, err, c.want)
+		}
+	}
+}

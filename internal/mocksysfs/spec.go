@@ -3,6 +3,7 @@ package mocksysfs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -55,11 +56,49 @@ type Spec struct {
 	// have their own PCI device ID; Cassini-1 VFs share the PF's, and
 	// only their 512 MiB BAR 0 tells them apart (see the resource file).
 	VFsPerNIC int
+	// Maxima override the resource maxima that device/properties/num_*
+	// publish (ss1/cass_sysfs.c) for the NICs they name, by cxi index (PFs
+	// and VFs), so that a test can make a NIC whose limits are below the
+	// driver's defaults. Zero fields keep the default.
+	Maxima map[int]ResourceMaxima
 	// Faults are applied after the tree is written.
 	Faults []Fault
 	// Seed drives the hsn name shuffle, the NIDs and the GPU UUIDs; the
 	// same Spec always writes the same tree.
 	Seed int64
+}
+
+// ResourceMaxima are a NIC's device maxima of each CXI resource, the
+// num_ptes, num_txqs, num_tgqs, num_eqs, num_cts, num_acs, num_tles and
+// num_les properties. The driver's defaults (default_rsrc_limits) are
+// 2048, 1024, 512, 2047, 2047, 1022, 2048 and 16384.
+type ResourceMaxima struct {
+	PTEs, TXQs, TGQs, EQs, CTs, ACs, TLEs, LEs int
+}
+
+// DefaultMaxima are the driver's default_rsrc_limits (cass_svc.c).
+var DefaultMaxima = ResourceMaxima{PTEs: 2048, TXQs: 1024, TGQs: 512, EQs: 2047, CTs: 2047, ACs: 1022,
+	TLEs: 2048, LEs: 16384}
+
+// maxMaximum is the largest maximum a NIC can have: the service
+// descriptor's limits are 16-bit.
+const maxMaximum = 0xffff
+
+// fields returns m's fields by name, for validation.
+func (m *ResourceMaxima) fields() map[string]*int {
+	return map[string]*int{"ptes": &m.PTEs, "txqs": &m.TXQs, "tgqs": &m.TGQs, "eqs": &m.EQs, "cts": &m.CTs,
+		"acs": &m.ACs, "tles": &m.TLEs, "les": &m.LEs}
+}
+
+// or returns m with its zero fields taken from d.
+func (m ResourceMaxima) or(d ResourceMaxima) ResourceMaxima {
+	dst, def := m.fields(), d.fields()
+	for name, v := range dst {
+		if *v == 0 {
+			*v = *def[name]
+		}
+	}
+	return m
 }
 
 // FaultKind is a kind of injected fault.
@@ -294,6 +333,17 @@ func (s Spec) normalized() (Spec, error) {
 		}
 	}
 	devices := s.NICs * (1 + s.VFsPerNIC)
+	for i, m := range s.Maxima {
+		if i < 0 || i >= devices {
+			return s, fmt.Errorf("maxima of cxi%d: no such NIC (cxi0 to cxi%d)", i, devices-1)
+		}
+		fields := m.fields()
+		for _, name := range slices.Sorted(maps.Keys(fields)) {
+			if v := *fields[name]; v < 0 || v > maxMaximum {
+				return s, fmt.Errorf("maxima of cxi%d: num_%s %d is not 0 to %d", i, name, v, maxMaximum)
+			}
+		}
+	}
 	for _, f := range s.Faults {
 		if f.NIC < 0 || f.NIC >= devices {
 			return s, fmt.Errorf("fault %s: no such NIC (cxi0 to cxi%d)", f, devices-1)

@@ -55,10 +55,6 @@ const (
 	iovResource  = 7 // PCI_IOV_RESOURCES: the VFs' BAR 0
 )
 
-var resourceMaxima = struct{ ptes, txqs, tgqs, eqs, cts, acs, tles, les int }{
-	2048, 1024, 512, 2047, 2047, 1022, 2048, 16384, // default_rsrc_limits
-}
-
 // Write generates the tree described by spec under dir (sys/, proc/, dev/)
 // and returns what it wrote. dir must not exist or be empty. It returns an
 // error for an invalid spec, a fault whose path does not exist, or a failed
@@ -202,7 +198,7 @@ func build(spec Spec) *model {
 			RootComplex: rc.name(), Driver: driverName,
 			PCIPath:   path.Join("devices", rc.name(), rc.bridge(0), addr),
 			ClassPath: fmt.Sprintf("class/cxi/cxi%d", i), DevNode: fmt.Sprintf("cxi%d", i),
-			Properties:      nicProperties(nid, uint32(2+i), c1),
+			Properties:      nicProperties(nid, uint32(2+i), c1, spec.Maxima[i]),
 			FirmwareVersion: fwVersion, FRUDescription: "400Gb 2P NIC Mezz",
 			NetDev: fmt.Sprintf("hsn%d", hsn), MAC: macForNID(nid), OperState: "up",
 			NetSpeedMbps: linkSpeedMbps, AddrAssignType: 3,
@@ -224,7 +220,7 @@ func build(spec Spec) *model {
 				RootComplex: rc.name(), Driver: driverName,
 				PCIPath:   path.Join("devices", rc.name(), rc.bridge(0), vaddr),
 				ClassPath: fmt.Sprintf("class/cxi/cxi%d", vi), DevNode: fmt.Sprintf("cxi%d", vi),
-				Properties: nicProperties(nid, uint32(2+vi), c1),
+				Properties: nicProperties(nid, uint32(2+vi), c1, spec.Maxima[vi]),
 			}
 			if c1 { // Cassini-1 VFs keep the PF's device ID
 				vt.VendorID, vt.DeviceID = t.VendorID, t.DeviceID
@@ -290,13 +286,15 @@ func build(spec Spec) *model {
 	return m
 }
 
-func nicProperties(nid, pctEq uint32, cassini1 bool) Properties {
+// nicProperties are a NIC's device/properties/ values; maxima overrides the
+// driver's default resource maxima where its fields are not zero.
+func nicProperties(nid, pctEq uint32, cassini1 bool, maxima ResourceMaxima) Properties {
+	m := maxima.or(DefaultMaxima)
 	p := Properties{
 		NID: nid, PIDBits: pidBits, PIDCount: pidCount, PIDGranule: pidGranule,
 		Link: true, SpeedMbps: linkSpeedMbps, PCTEq: pctEq, CassiniVersion: "2.0",
-		PTEs: resourceMaxima.ptes, TXQs: resourceMaxima.txqs, TGQs: resourceMaxima.tgqs,
-		EQs: resourceMaxima.eqs, CTs: resourceMaxima.cts, ACs: resourceMaxima.acs,
-		TLEs: resourceMaxima.tles, LEs: resourceMaxima.les, RGIDsAvail: rgidsAvail,
+		PTEs: m.PTEs, TXQs: m.TXQs, TGQs: m.TGQs, EQs: m.EQs, CTs: m.CTs, ACs: m.ACs,
+		TLEs: m.TLEs, LEs: m.LEs, RGIDsAvail: rgidsAvail,
 	}
 	if cassini1 {
 		p.CassiniVersion = "1.1"
