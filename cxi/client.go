@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,13 @@ type Client struct {
 	log    *slog.Logger
 	retry  backoff.Policy
 	limits Limits
+	// limitsSet reports that WithDefaultLimits chose limits.
+	limitsSet bool
+	// maxima are the NIC's own maxima by uapi.RsrcType, from
+	// WithDeviceMaxima; 0 where unknown.
+	maxima [uapi.NumRsrcTypes]uint16
+	// warned holds the last limits that within lowered and warned about.
+	warned atomic.Pointer[Limits]
 }
 
 // Option configures a Client.
@@ -60,9 +68,9 @@ func WithDestroyRetry(p backoff.Policy) Option {
 }
 
 // WithDefaultLimits sets the limits of specs that have none (default
-// [DefaultLimits]).
+// [DefaultLimits], or the NIC's maxima with [WithDeviceMaxima]).
 func WithDefaultLimits(l Limits) Option {
-	return func(c *Client) { c.limits = l }
+	return func(c *Client) { c.limits, c.limitsSet = l, true }
 }
 
 // NewClient returns a Client for dev. The caller keeps ownership of dev.
@@ -76,6 +84,7 @@ func NewClient(dev Device, opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
+	c.applyMaxima()
 	return c
 }
 
@@ -100,7 +109,7 @@ func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) 
 	}
 	limits := c.limits
 	if spec.Limits != nil {
-		limits = *spec.Limits
+		limits = c.within(*spec.Limits)
 	}
 	id, fail, err := c.dev.AllocService(spec.desc(limits))
 	if err != nil {

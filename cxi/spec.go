@@ -168,8 +168,10 @@ type Limits struct {
 // defaults reserve both. With no reservation a service shares LE pool 0
 // and the default service's TLE pool, and the only limit left on the
 // number of pod services is the NIC's 256 RMU VNI-list entries (one per
-// VNI of each enabled service), so hundreds fit. On a NIC with smaller
-// maxima, pass limits within them with [WithDefaultLimits].
+// VNI of each enabled service), so hundreds fit. These are the Cassini
+// defaults (default_rsrc_limits); a NIC may publish smaller maxima in
+// sysfs, and the driver refuses limits above them with EINVAL, so a client
+// given the NIC's own maxima with [WithDeviceMaxima] uses those instead.
 func DefaultLimits() Limits {
 	return Limits{
 		PTEs: Limit{Max: 2048}, TXQs: Limit{Max: 1024}, TGQs: Limit{Max: 512}, EQs: Limit{Max: 2047},

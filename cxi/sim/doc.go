@@ -24,7 +24,10 @@
 // xa_alloc).
 // Descriptors are validated like validate_descriptor (at most 4 VNIs, VNI
 // 0 invalid, member types below CXI_SVC_MEMBER_MAX, res <= max <= device
-// maximum: EINVAL); duplicate members give EEXIST and a member ID of
+// maximum: EINVAL; the device maxima are [Options.Max], which
+// [MaxFromSysfs] takes from the NIC's num_* properties, so a NIC
+// simulated from a sysfs tree refuses what the real one would); duplicate
+// members give EEXIST and a member ID of
 // 0xffffffff gives EBADR, as the access-control list does. Resources are
 // reserved like reserve_rsrcs: resource_limits=0 means the device maxima;
 // a non-default service asking for any TLEs gets res=max=max(res,8) and one

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 )
 
@@ -31,6 +32,25 @@ func DefaultMax() [uapi.NumRsrcTypes]uint16 {
 		uapi.RsrcPTE: 2048, uapi.RsrcTXQ: 1024, uapi.RsrcTGQ: 512, uapi.RsrcEQ: 2047,
 		uapi.RsrcCT: 2047, uapi.RsrcLE: 16384, uapi.RsrcTLE: 2048, uapi.RsrcAC: 1022,
 	}
+}
+
+// MaxFromSysfs returns the device maxima a NIC publishes in sysfs
+// (device/properties/num_*, as [sysfs.Discover] reads them) in the form of
+// [Options.Max], so that a simulated NIC has the limits of the tree it is
+// built from and answers EINVAL, as the driver does, to a service that asks
+// for more. A value that is 0 (not read) or beyond 16 bits is left 0, which
+// takes [DefaultMax].
+func MaxFromSysfs(m sysfs.ResourceMaxima) [uapi.NumRsrcTypes]uint16 {
+	var out [uapi.NumRsrcTypes]uint16
+	for t, v := range map[uapi.RsrcType]int{
+		uapi.RsrcPTE: m.PTEs, uapi.RsrcTXQ: m.TXQs, uapi.RsrcTGQ: m.TGQs, uapi.RsrcEQ: m.EQs,
+		uapi.RsrcCT: m.CTs, uapi.RsrcLE: m.LEs, uapi.RsrcTLE: m.TLEs, uapi.RsrcAC: m.ACs,
+	} {
+		if v > 0 && v <= 0xffff {
+			out[t] = uint16(v)
+		}
+	}
+	return out
 }
 
 // state is one simulated NIC: what the driver keeps in memory.
