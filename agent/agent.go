@@ -117,7 +117,8 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 			Attempts: cfg.Cleanup.BusyRetries,
 		}
 		client := cxi.NewClient(countingDevice{Device: dev, busy: m.busyRetries.WithLabelValues(n.Name)},
-			cxi.WithDestroyRetry(retry), cxi.WithLogger(logger.With("nic", n.Name)))
+			cxi.WithDestroyRetry(retry), cxi.WithLogger(logger.With("nic", n.Name)),
+			cxi.WithDeviceMaxima(n.Properties.Max)) // the NIC's own limits, not the Cassini defaults
 		b.nics[n.Name] = &nic{name: n.Name, index: n.Index, devPath: filepath.Join(opts.DevRoot, n.Name), drv: client}
 		for s := range cfg.NICResource.SharesPerNIC {
 			b.devNIC[nicDeviceID(n, s, cfg.NICResource.SharesPerNIC)] = n.Name

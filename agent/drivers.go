@@ -27,17 +27,8 @@ func openDevice(kind, devRoot, stateDir string, n sysfs.NIC) (cxi.Device, io.Clo
 		}
 		return d, d, nil
 	case DriverSim:
-		var max [uapi.NumRsrcTypes]uint16
-		m := n.Properties.Max
-		for t, v := range map[uapi.RsrcType]int{
-			uapi.RsrcPTE: m.PTEs, uapi.RsrcTXQ: m.TXQs, uapi.RsrcTGQ: m.TGQs, uapi.RsrcEQ: m.EQs,
-			uapi.RsrcCT: m.CTs, uapi.RsrcLE: m.LEs, uapi.RsrcTLE: m.TLEs, uapi.RsrcAC: m.ACs,
-		} {
-			if v > 0 && v <= 0xffff {
-				max[t] = uint16(v)
-			}
-		}
-		s, err := sim.Open(filepath.Join(stateDir, "cxi-sim"), n.Name, sim.Options{VF: n.VF, Max: max})
+		opts := sim.Options{VF: n.VF, Max: sim.MaxFromSysfs(n.Properties.Max)}
+		s, err := sim.Open(filepath.Join(stateDir, "cxi-sim"), n.Name, opts)
 		if err != nil {
 			return nil, nil, fmt.Errorf("simulated %s: %w", n.Name, err)
 		}
