@@ -21,7 +21,9 @@ import (
 //     [WithDefaultLimits], is lowered to the maximum (and its reservation
 //     with it), as Slurm does (MIN of the configured and the device
 //     maximum), and a warning names the resource, once for each set of
-//     limits.
+//     limits. A limit that is the Cassini default of [DefaultLimits] (a
+//     configuration that leaves the resource out, filled in from it)
+//     stands for "the device's maximum" and is lowered without a warning.
 //
 // A maximum of 0 (unknown: the property could not be read) or above 16 bits
 // leaves that resource's limit as it is.
@@ -60,12 +62,16 @@ func (c *Client) applyMaxima() {
 func (c *Client) within(l Limits) Limits {
 	var lowered []string
 	out := l
+	def := DefaultLimits()
+	cassini := def.byType()
 	for t, lim := range out.byType() {
 		m := c.maxima[t]
 		if m == 0 || lim.Max <= m {
 			continue
 		}
-		lowered = append(lowered, fmt.Sprintf("%s max %d to %d", uapi.RsrcType(t), lim.Max, m))
+		if *lim != *cassini[t] {
+			lowered = append(lowered, fmt.Sprintf("%s max %d to %d", uapi.RsrcType(t), lim.Max, m))
+		}
 		lim.Max, lim.Res = m, min(lim.Res, m)
 	}
 	if len(lowered) > 0 {

@@ -123,11 +123,14 @@ func (w warnCounter) WithGroup(string) slog.Handler      { return w }
 // leaves the limit as it is.
 func TestDeviceMaxima(t *testing.T) {
 	nic := sysfs.ResourceMaxima{PTEs: 1000, TXQs: 0, TGQs: 70000, EQs: 100, CTs: 2047, ACs: 1022, TLEs: 1024, LEs: 8192}
+	cassini := DefaultLimits()
+	cassini.TXQs = Limit{Max: 1024, Res: 2}
 	cases := []struct {
-		name string
-		opts []Option
-		spec *Limits
-		want Limits
+		name  string
+		opts  []Option
+		spec  *Limits
+		want  Limits
+		warns int32
 	}{
 		{name: "defaults are the NIC's maxima", opts: []Option{WithDeviceMaxima(nic)},
 			want: Limits{PTEs: Limit{Max: 1000}, TXQs: Limit{Max: 1024}, TGQs: Limit{Max: 512}, EQs: Limit{Max: 100},
@@ -135,15 +138,23 @@ func TestDeviceMaxima(t *testing.T) {
 		{name: "no maxima: the Cassini defaults", want: DefaultLimits()},
 		{name: "configured defaults lowered", opts: []Option{WithDefaultLimits(Limits{LEs: Limit{Max: 16384, Res: 9000},
 			EQs: Limit{Max: 50, Res: 5}, TGQs: Limit{Max: 600}}), WithDeviceMaxima(nic)},
-			want: Limits{LEs: Limit{Max: 8192, Res: 8192}, EQs: Limit{Max: 50, Res: 5}, TGQs: Limit{Max: 600}}},
+			want: Limits{LEs: Limit{Max: 8192, Res: 8192}, EQs: Limit{Max: 50, Res: 5}, TGQs: Limit{Max: 600}}, warns: 1},
 		{name: "a spec's limits lowered", opts: []Option{WithDeviceMaxima(nic)},
-			spec: &Limits{TLEs: Limit{Max: 2048, Res: 16}, TXQs: Limit{Max: 4000, Res: 1}, ACs: Limit{Max: 1022, Res: 2}},
-			want: Limits{TLEs: Limit{Max: 1024, Res: 16}, TXQs: Limit{Max: 4000, Res: 1}, ACs: Limit{Max: 1022, Res: 2}}},
+			spec:  &Limits{TLEs: Limit{Max: 2048, Res: 16}, TXQs: Limit{Max: 4000, Res: 1}, ACs: Limit{Max: 1022, Res: 2}},
+			want:  Limits{TLEs: Limit{Max: 1024, Res: 16}, TXQs: Limit{Max: 4000, Res: 1}, ACs: Limit{Max: 1022, Res: 2}},
+			warns: 1},
+		// The agent fills the resources a configuration leaves out from
+		// DefaultLimits: those are lowered quietly.
+		{name: "the Cassini defaults in a spec lowered without a warning", opts: []Option{WithDeviceMaxima(nic)},
+			spec: &cassini,
+			want: Limits{PTEs: Limit{Max: 1000}, TXQs: Limit{Max: 1024, Res: 2}, TGQs: Limit{Max: 512}, EQs: Limit{Max: 100},
+				CTs: Limit{Max: 2047}, LEs: Limit{Max: 8192}, ACs: Limit{Max: 1022}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingDevice{}
-			c := NewClient(rec, tc.opts...)
+			var warnings atomic.Int32
+			c := NewClient(rec, append(tc.opts, WithLogger(slog.New(warnCounter{&warnings})))...)
 			spec := uidSpec(1024)
 			spec.Limits = tc.spec
 			if _, err := c.Create(t.Context(), spec); err != nil {
@@ -151,6 +162,9 @@ func TestDeviceMaxima(t *testing.T) {
 			}
 			if got := limitsFrom(rec.desc.Limits); got != tc.want || !rec.desc.ResourceLimits {
 				t.Errorf("sent %+v, want %+v", got, tc.want)
+			}
+			if warnings.Load() != tc.warns {
+				t.Errorf("%d warnings, want %d", warnings.Load(), tc.warns)
 			}
 		})
 	}
