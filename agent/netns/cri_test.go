@@ -25,22 +25,68 @@ const (
 	crioNetns       = "/var/run/netns/5d2e0b8e-7d5c-4b4e-9d7a-0e6f1c2b3a4d"
 )
 
+type criOpenCase struct {
+	name string
+	// setup fills the runtime; host overrides the host's namespace.
+	setup   func(f *fakeRuntime)
+	host    string
+	procDir string // the proc root; "" is the real /proc
+	want    uint32
+	wantErr error
+}
+
 func TestCRIOpen(t *testing.T) {
 	ns := realNamespaces(t)
+	for _, tt := range criOpenCases(t, ns) {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeRuntime{}
+			tt.setup(f)
+			c := CRI{Client: serveCRI(t, f), ProcRoot: tt.procDir, HostNetns: ns.host}
+			if tt.host != "" {
+				c.HostNetns = tt.host
+			}
+			checkOpen(t, c, tt.want, tt.wantErr)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, v := range f.verboseAsked {
+				if !v {
+					t.Error("PodSandboxStatus asked without Verbose")
+				}
+			}
+		})
+	}
+}
+
+// checkOpen checks that the finder's Open holds the namespace want, or
+// fails with wantErr, and that its Netns answers the same.
+func checkOpen(t *testing.T, f Finder, want uint32, wantErr error) {
+	t.Helper()
+	h, err := f.Open(t.Context(), uid)
+	if (wantErr == nil) != (err == nil) || !errors.Is(err, wantErr) || (err == nil) != (h != nil) {
+		t.Fatalf("Open = %v, %v; want %v", h, err, wantErr)
+	}
+	if h != nil {
+		defer h.Close()
+		if h.Inode() != want || fdInode(t, h) != want {
+			t.Fatalf("Open holds %d (descriptor of %d), want %d", h.Inode(), fdInode(t, h), want)
+		}
+	}
+	got, err := f.Netns(t.Context(), uid)
+	if got != want || (wantErr == nil) != (err == nil) || !errors.Is(err, wantErr) {
+		t.Fatalf("Netns = %d, %v; want %d, %v", got, err, want, wantErr)
+	}
+}
+
+// criOpenCases are TestCRIOpen's: each runtime's way of naming the
+// namespace, and each way it can fail.
+func criOpenCases(t *testing.T, ns namespaces) []criOpenCase {
+	t.Helper()
 	regular := filepath.Join(t.TempDir(), "not-a-namespace")
 	if err := os.WriteFile(regular, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pid := uint32(ns.podPid)
-	tests := []struct {
-		name string
-		// setup fills the runtime; host overrides the host's namespace.
-		setup   func(f *fakeRuntime)
-		host    string
-		procDir string // the proc root; "" is the real /proc
-		want    uint32
-		wantErr error
-	}{
+	return []criOpenCase{
 		{name: "containerd 2.x: the sandbox pid", setup: func(f *fakeRuntime) {
 			f.add("sb1", uid, ready, 100, podNet, containerdInfo(t, pid, containerdNetns, false, true))
 		}, want: ns.podIno},
@@ -107,37 +153,6 @@ func TestCRIOpen(t *testing.T) {
 		{name: "the path does not exist", setup: func(f *fakeRuntime) {
 			f.add("sb1", uid, ready, 100, podNet, crioInfo(t, 0, crioNetns+"-gone", true))
 		}, wantErr: os.ErrNotExist},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeRuntime{}
-			tt.setup(f)
-			c := CRI{Client: serveCRI(t, f), ProcRoot: tt.procDir, HostNetns: ns.host}
-			if tt.host != "" {
-				c.HostNetns = tt.host
-			}
-			h, err := c.Open(t.Context(), uid)
-			if (tt.wantErr == nil) != (err == nil) || !errors.Is(err, tt.wantErr) || (err == nil) != (h != nil) {
-				t.Fatalf("Open = %v, %v; want %v", h, err, tt.wantErr)
-			}
-			if h != nil {
-				defer h.Close()
-				if h.Inode() != tt.want || fdInode(t, h) != tt.want {
-					t.Fatalf("Open holds %d (descriptor of %d), want %d", h.Inode(), fdInode(t, h), tt.want)
-				}
-			}
-			got, err := c.Netns(t.Context(), uid)
-			if got != tt.want || (tt.wantErr == nil) != (err == nil) || !errors.Is(err, tt.wantErr) {
-				t.Fatalf("Netns = %d, %v; want %d, %v", got, err, tt.want, tt.wantErr)
-			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			for _, v := range f.verboseAsked {
-				if !v {
-					t.Error("PodSandboxStatus asked without Verbose")
-				}
-			}
-		})
 	}
 }
 

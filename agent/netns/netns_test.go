@@ -110,20 +110,7 @@ func TestProcOpen(t *testing.T) {
 			if tt.needOther && other == "" {
 				t.Skip("no second network namespace possible here")
 			}
-			p := Proc{Root: proc(t, tt.procs)}
-			h, err := p.Open(t.Context(), uid)
-			if !errors.Is(err, tt.wantErr) || (err == nil) != (h != nil) {
-				t.Fatalf("Open = %v, %v; want %v", h, err, tt.wantErr)
-			}
-			if h != nil {
-				defer h.Close()
-				if h.Inode() != tt.want {
-					t.Fatalf("Open holds %d, want %d", h.Inode(), tt.want)
-				}
-			}
-			if got, err := p.Netns(t.Context(), uid); !errors.Is(err, tt.wantErr) || got != tt.want {
-				t.Fatalf("Netns = %d, %v; want %d, %v", got, err, tt.want, tt.wantErr)
-			}
+			checkOpen(t, Proc{Root: proc(t, tt.procs)}, tt.want, tt.wantErr)
 		})
 	}
 }
