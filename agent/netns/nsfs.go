@@ -21,6 +21,11 @@ import (
 // The agent keeps it from the moment the namespace is resolved until the
 // service is destroyed, then closes it.
 //
+// A Handle opened through a runtime's bind mount of the namespace keeps
+// that mount busy: the runtimes detach it (containerd's pkg/netns and
+// CRI-O's nsmgr unmount with MNT_DETACH), which an open Handle does not
+// hinder, but a plain umount fails with EBUSY until the Handle is closed.
+//
 // A Handle is safe for concurrent use.
 type Handle struct {
 	f   *os.File
