@@ -36,11 +36,20 @@ type Handle struct {
 // descriptor when it was opened: the inode of the namespace held, which
 // cannot change while it is held. After [Handle.Close] the number only
 // names what was held; the kernel may give it to another namespace.
-func (h *Handle) Inode() uint32 { return h.ino }
+// A nil Handle holds nothing and has inode 0.
+func (h *Handle) Inode() uint32 {
+	if h == nil {
+		return 0
+	}
+	return h.ino
+}
 
-// Close releases the namespace. It is idempotent: a second Close returns
-// nil.
+// Close releases the namespace. It is idempotent: a second Close, or one
+// of a nil Handle, returns nil.
 func (h *Handle) Close() error {
+	if h == nil || h.f == nil {
+		return nil
+	}
 	if err := h.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return fmt.Errorf("close network namespace %d: %w", h.ino, err)
 	}

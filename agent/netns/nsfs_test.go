@@ -127,4 +127,8 @@ func TestHandle(t *testing.T) {
 	if h.Inode() != want {
 		t.Fatalf("Inode after Close = %d, want the one held, %d", h.Inode(), want)
 	}
+	var none *Handle
+	if none.Inode() != 0 || none.Close() != nil || (&Handle{}).Close() != nil {
+		t.Fatal("a nil or zero Handle is not an empty one")
+	}
 }
