@@ -99,23 +99,65 @@ func TestReadFunction(t *testing.T) {
 func TestReadFunctionProblems(t *testing.T) {
 	truth := writeTree(t, mocksysfs.Spec{NICs: 1, VFsPerNIC: 1, Seed: 5})
 	base := loadMapFS(t, truth.SysRoot)
-	pf, vf := truth.NICs[0], truth.NICs[1]
+	const all = AttrVendor | AttrDevice | AttrClass | AttrNUMANode | AttrLocalCPUs | AttrDriver | AttrResources | AttrSRIOV
+	for _, c := range problemCases(truth.NICs[0], truth.NICs[1]) {
+		t.Run(c.name, func(t *testing.T) {
+			fsys := maps.Clone(base)
+			for p, f := range c.edit {
+				if f == nil {
+					delete(fsys, p)
+					continue
+				}
+				if f.Mode == 0 {
+					f.Mode = 0o444
+				}
+				fsys[p] = f
+			}
+			dir := BusPCIDevices + "/" + c.fn.PCIAddress
+			got, problems := ReadFunction(fsys, dir, all)
+			var want []string
+			for _, p := range c.problems {
+				want = append(want, dir+"/"+p.file)
+			}
+			if paths := problemPaths(t, problems); !slices.Equal(paths, want) {
+				t.Fatalf("problems %v, want %q", problems, want)
+			}
+			for i, p := range c.problems {
+				if !errors.Is(problems[i], p.err) {
+					t.Errorf("problem %v does not match %v", problems[i], p.err)
+				}
+			}
+			if c.check != nil {
+				c.check(t, got)
+			}
+		})
+	}
+}
+
+// problem is one problem ReadFunction should report.
+type problem struct {
+	file string // relative to the function's directory
+	err  error
+}
+
+// problemCase breaks a function's tree by edit and says what ReadFunction
+// reports.
+type problemCase struct {
+	name     string
+	fn       mocksysfs.NIC              // the function read: the PF unless said
+	edit     map[string]*fstest.MapFile // nil removes
+	problems []problem
+	check    func(t *testing.T, f Function)
+}
+
+// problemCases are the faults TestReadFunctionProblems injects on the PF pf
+// and its VF vf.
+func problemCases(pf, vf mocksysfs.NIC) []problemCase {
 	pfFile := func(name string) string { return pf.PCIPath + "/" + name }
 	link := func(target string) *fstest.MapFile {
 		return &fstest.MapFile{Data: []byte(target), Mode: fs.ModeSymlink | 0o777}
 	}
-	const all = AttrVendor | AttrDevice | AttrClass | AttrNUMANode | AttrLocalCPUs | AttrDriver | AttrResources | AttrSRIOV
-	type problem struct {
-		file string // relative to the function's directory
-		err  error
-	}
-	cases := []struct {
-		name     string
-		fn       mocksysfs.NIC
-		edit     map[string]*fstest.MapFile // nil removes
-		problems []problem
-		check    func(t *testing.T, f Function)
-	}{
+	cases := []problemCase{
 		{name: "as written"},
 		{name: "garbage vendor", edit: map[string]*fstest.MapFile{pfFile("vendor"): {Data: []byte(mocksysfs.DefaultGarbage)}},
 			problems: []problem{{"vendor", ErrInvalidValue}}},
@@ -165,42 +207,12 @@ func TestReadFunctionProblems(t *testing.T) {
 		{name: "VF's physfn to no PCI function", fn: vf, edit: map[string]*fstest.MapFile{vf.PCIPath + "/physfn": link("../../x")},
 			problems: []problem{{"physfn", ErrInvalidValue}}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			fsys := maps.Clone(base)
-			for p, f := range c.edit {
-				if f == nil {
-					delete(fsys, p)
-					continue
-				}
-				if f.Mode == 0 {
-					f.Mode = 0o444
-				}
-				fsys[p] = f
-			}
-			fn := c.fn
-			if fn.Name == "" {
-				fn = pf
-			}
-			dir := BusPCIDevices + "/" + fn.PCIAddress
-			got, problems := ReadFunction(fsys, dir, all)
-			var want []string
-			for _, p := range c.problems {
-				want = append(want, dir+"/"+p.file)
-			}
-			if paths := problemPaths(t, problems); !slices.Equal(paths, want) {
-				t.Fatalf("problems %v, want %q", problems, want)
-			}
-			for i, p := range c.problems {
-				if !errors.Is(problems[i], p.err) {
-					t.Errorf("problem %v does not match %v", problems[i], p.err)
-				}
-			}
-			if c.check != nil {
-				c.check(t, got)
-			}
-		})
+	for i := range cases {
+		if cases[i].fn.Name == "" {
+			cases[i].fn = pf
+		}
 	}
+	return cases
 }
 
 func TestReadAttr(t *testing.T) {
