@@ -63,7 +63,7 @@ type Membership struct {
 	// FallbackUID or FallbackGID, when set, is the member used where the
 	// pod's network namespace cannot be found (no CRI socket). Unset, a
 	// pod whose netns is unknown fails PreStart: services never get open
-	// membership.
+	// membership. 0 is refused: root's processes are the node's own.
 	FallbackUID *uint32 `json:"fallbackUID,omitempty"`
 	FallbackGID *uint32 `json:"fallbackGID,omitempty"`
 	// CRISocket is the container runtime's socket, used to find a pod
@@ -233,6 +233,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Membership.FallbackUID != nil && c.Membership.FallbackGID != nil {
 		bad("membership", "set fallbackUID or fallbackGID, not both")
+	}
+	// A CXI service member UID or GID admits every process of the node
+	// with it, whatever pod it runs in; root's are the node's daemons.
+	if u := c.Membership.FallbackUID; u != nil && *u == 0 {
+		bad("membership.fallbackUID", "0 is root: every root process on the node would get every such pod's VNI; use a UID that only the pods run as")
+	}
+	if g := c.Membership.FallbackGID; g != nil && *g == 0 {
+		bad("membership.fallbackGID", "0 is the root group: every process of the node in it would get every such pod's VNI; use a GID that only the pods run as")
 	}
 	if c.Cleanup.BusyRetries < 1 || c.Cleanup.BusyRetries > 100 {
 		bad("cleanup.busyRetries", "%d is outside 1..100", c.Cleanup.BusyRetries)

@@ -214,3 +214,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Issue 15, item 10: UID 0 (or GID 0) as the fallback member of pods'
+// services would give every root process of the node every pod's VNI; the
+// configuration is refused with the reason.
+func TestIssue15Item10FallbackRootRefused(t *testing.T) {
+	tests := []struct {
+		yaml, wantErr string
+	}{
+		{"membership: {fallbackUID: 0}", "membership.fallbackUID: 0 is root"},
+		{"membership: {fallbackGID: 0}", "membership.fallbackGID: 0 is the root group"},
+		{"membership: {fallbackUID: 1000}", ""},
+		{"membership: {fallbackGID: 1000}", ""},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.yaml))
+		if tt.wantErr == "" {
+			if err != nil {
+				t.Errorf("Parse(%q): %v", tt.yaml, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q) = %v, want an ErrInvalid containing %q", tt.yaml, err, tt.wantErr)
+		}
+	}
+}
