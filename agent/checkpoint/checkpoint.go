@@ -91,21 +91,9 @@ func New(node string) *State { return &State{Node: node, Pods: map[string]*Pod{}
 // live state keeps changing.
 func (s *State) Clone() *State {
 	c := &State{Node: s.Node, Pods: make(map[string]*Pod, len(s.Pods))}
-	for uid, p := range s.Pods {
-		cp := *p
-		cp.Services = make([]Service, len(p.Services))
-		for i, svc := range p.Services {
-			cp.Services[i] = Service{NIC: svc.NIC, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)}
-		}
-		cp.DeviceIDs = make(map[string][]string, len(p.DeviceIDs))
-		for k, v := range p.DeviceIDs {
-			cp.DeviceIDs[k] = slices.Clone(v)
-		}
-		if p.Exited != nil {
-			t := *p.Exited
-			cp.Exited = &t
-		}
-		c.Pods[uid] = &cp
+	for key, p := range s.Pods {
+		cp := p.Clone()
+		c.Pods[key] = &cp
 	}
 	return c
 }

@@ -1,0 +1,223 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// ErrInvariant is returned when a change would break one of the rules a
+// node's records always obey (see [Store]); the change is not made.
+var ErrInvariant = errors.New("checkpoint invariant")
+
+// Store is the agent's durable record of the pods it bound, and the only
+// writer of the checkpoint file. It hands out copies: a caller changes a
+// record through [Store.Put], [Store.Update] or [Store.Delete], which check
+// the rules below before anything changes, and makes the changes durable
+// with [Store.Save].
+//
+// The rules, checked on every change:
+//   - a record's key is its pod's "namespace/name";
+//   - a CXI service (NIC and ID) belongs to one record;
+//   - a service carries its pod's VNI;
+//   - records naming one lease agree on its VNI;
+//   - a VNI from the node's own pool (Local) belongs to one record.
+//
+// Its methods are safe for concurrent use.
+type Store struct {
+	path string
+
+	mu    sync.Mutex // guards state and gen
+	state *State
+	gen   uint64
+
+	w writer
+}
+
+// writer orders the writes of snapshots to the file.
+type writer struct {
+	mu      sync.Mutex // guards written and the file
+	written uint64
+}
+
+// Open loads the checkpoint at path (a missing file is an empty state for
+// node) and returns the store that owns it. A state that breaks the rules
+// is an error wrapping [ErrCorrupt]: it was not written by this package.
+func Open(path, node string) (*Store, error) {
+	st, err := Load(path, node)
+	if err != nil {
+		return nil, err
+	}
+	for _, key := range st.PodKeys() {
+		if err := checkPod(st, key, st.Pods[key]); err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
+		}
+	}
+	return &Store{path: path, state: st}, nil
+}
+
+// Path is the checkpoint file's path.
+func (s *Store) Path() string { return s.path }
+
+// Get returns a copy of the record of key.
+func (s *Store) Get(key string) (Pod, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.state.Pods[key]
+	if p == nil {
+		return Pod{}, false
+	}
+	return p.Clone(), true
+}
+
+// Keys returns the recorded pods' keys in sorted order.
+func (s *Store) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.PodKeys()
+}
+
+// Pods returns copies of every record, ordered by key.
+func (s *Store) Pods() []Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Pod, 0, len(s.state.Pods))
+	for _, key := range s.state.PodKeys() {
+		out = append(out, s.state.Pods[key].Clone())
+	}
+	return out
+}
+
+// Snapshot returns a deep copy of the whole state.
+func (s *Store) Snapshot() *State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Clone()
+}
+
+// Put records p under its key, replacing any record there.
+func (s *Store) Put(p Pod) error {
+	c := p.Clone()
+	key := c.Key()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := checkPod(s.state, key, &c); err != nil {
+		return err
+	}
+	s.state.Pods[key] = &c
+	return nil
+}
+
+// Update applies change to a copy of key's record and stores the result.
+// It returns the new record, false when key has no record, or an error
+// wrapping [ErrInvariant] (the record is then unchanged).
+func (s *Store) Update(key string, change func(*Pod)) (Pod, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.state.Pods[key]
+	if cur == nil {
+		return Pod{}, false, nil
+	}
+	c := cur.Clone()
+	change(&c)
+	if err := checkPod(s.state, key, &c); err != nil {
+		return cur.Clone(), true, err
+	}
+	s.state.Pods[key] = &c
+	return c.Clone(), true, nil
+}
+
+// Delete drops key's record.
+func (s *Store) Delete(key string) {
+	s.mu.Lock()
+	delete(s.state.Pods, key)
+	s.mu.Unlock()
+}
+
+// HoldersOf returns the keys of the records that name lease, sorted.
+func (s *Store) HoldersOf(lease string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for key, p := range s.state.Pods {
+		if p.LeaseKey == lease {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Save writes the current state durably. Concurrent saves are ordered by
+// generation: an older snapshot never overwrites a newer one, and a save
+// whose state a newer save already wrote returns at once.
+func (s *Store) Save() error {
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	snap := s.state.Clone()
+	s.mu.Unlock()
+	return s.w.write(s.path, gen, snap)
+}
+
+func (w *writer) write(path string, gen uint64, snap *State) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if gen <= w.written {
+		return nil // a newer state is already on disk
+	}
+	if err := Save(path, snap); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	w.written = gen
+	return nil
+}
+
+// checkPod checks the rules for p recorded under key against the other
+// records of st.
+func checkPod(st *State, key string, p *Pod) error {
+	if p.Key() != key {
+		return fmt.Errorf("%w: record %q names pod %q", ErrInvariant, key, p.Key())
+	}
+	for _, svc := range p.Services {
+		if p.VNI != 0 && !slices.Contains(svc.VNIs, p.VNI) {
+			return fmt.Errorf("%w: pod %s: service %d on %s lacks the pod's VNI %d", ErrInvariant, key, svc.ID, svc.NIC, p.VNI)
+		}
+	}
+	for other, o := range st.Pods {
+		if other == key {
+			continue
+		}
+		for _, svc := range p.Services {
+			if slices.ContainsFunc(o.Services, func(x Service) bool { return x.NIC == svc.NIC && x.ID == svc.ID }) {
+				return fmt.Errorf("%w: service %d on %s recorded for both %s and %s", ErrInvariant, svc.ID, svc.NIC, other, key)
+			}
+		}
+		if p.LeaseKey != "" && o.LeaseKey == p.LeaseKey && o.VNI != p.VNI {
+			return fmt.Errorf("%w: lease %s has VNI %d for %s and %d for %s", ErrInvariant, p.LeaseKey, o.VNI, other, p.VNI, key)
+		}
+		if p.Local && o.Local && p.VNI != 0 && o.VNI == p.VNI {
+			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, p.VNI, other, key)
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy of p.
+func (p *Pod) Clone() Pod {
+	c := *p
+	c.Services = make([]Service, len(p.Services))
+	for i, svc := range p.Services {
+		c.Services[i] = Service{NIC: svc.NIC, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)}
+	}
+	c.DeviceIDs = make(map[string][]string, len(p.DeviceIDs))
+	for k, v := range p.DeviceIDs {
+		c.DeviceIDs[k] = slices.Clone(v)
+	}
+	if p.Exited != nil {
+		t := *p.Exited
+		c.Exited = &t
+	}
+	return c
+}
