@@ -92,9 +92,8 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 		nics:     map[string]*nic{},
 		devNIC:   map[string]string{},
 		resolve:  map[string]func([]string) ([]*nic, error){},
-		netns:    finder,
+		netns:    handles{finder},
 		allocDir: allocDir,
-		ckptPath: filepath.Join(opts.StateDir, CheckpointName),
 		metrics:  m,
 		now:      time.Now,
 	}
@@ -203,18 +202,18 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	})
 	b.pods = watcher
 
-	state, err := checkpoint.Load(b.ckptPath, opts.NodeName)
+	store, err := checkpoint.Open(filepath.Join(opts.StateDir, CheckpointName), opts.NodeName)
 	if err != nil {
 		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
 	}
-	b.state = state
+	b.useStore(store)
 
 	client, err := newLeaser(ctx, opts, b.inUseVNIs, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer client.Close() // after every goroutine below has returned
-	client.RestorePodVNIs(localVNIs(state))
+	client.RestorePodVNIs(localVNIs(store.Snapshot()))
 	b.leaser = timedLeaser{vniLeaser: client, m: m}
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -324,6 +323,7 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	logger.Info("agent ready", "node", opts.NodeName, "nics", len(served), "resource", res.name, "driver", opts.CXIDriver)
 
 	err = g.Wait()
+	b.ns.closeAll()
 	m.ready.Set(0)
 	if ctx.Err() != nil && err == nil {
 		logger.Info("agent stopped")
@@ -560,9 +560,8 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 	inv.mu.Unlock()
 
 	podOf := map[string]map[uint32]string{}
-	b.mu.Lock()
-	for _, key := range b.state.PodKeys() {
-		p := b.state.Pods[key]
+	for _, p := range b.store.Pods() {
+		key := p.Key()
 		st := "running"
 		if p.Exited != nil {
 			st = "cleaning up"
@@ -577,7 +576,6 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 		}
 		r.Pods = append(r.Pods, ip)
 	}
-	b.mu.Unlock()
 
 	names := make([]string, 0, len(b.nics))
 	for name := range b.nics {
@@ -610,6 +608,17 @@ func memberStrings(s cxi.Service) []string {
 	return out
 }
 
+// handles makes a netns.Finder a netnsFinder.
+type handles struct{ netns.Finder }
+
+func (h handles) Open(ctx context.Context, podUID string) (nsHandle, error) {
+	ns, err := h.Finder.Open(ctx, podUID)
+	if err != nil {
+		return nil, err // not a nil *netns.Handle in a non-nil interface
+	}
+	return ns, nil
+}
+
 // newNetnsFinder chooses how pods' network namespaces are found: the
 // container runtime over CRI first where its socket is found, /proc always
 // (see package netns). In auto mode (no --cri-socket) it takes the first
@@ -617,7 +626,7 @@ func memberStrings(s cxi.Service) []string {
 // have a containerd socket that serves no CRI (Docker's, beside CRI-O). It
 // logs the choice once. The returned Closer, nil with /proc only, closes
 // the CRI connection.
-func newNetnsFinder(ctx context.Context, opts Options, logger *slog.Logger) (netnsFinder, io.Closer, error) {
+func newNetnsFinder(ctx context.Context, opts Options, logger *slog.Logger) (netns.Finder, io.Closer, error) {
 	proc := netns.Proc{Root: opts.ProcRoot}
 	if opts.CRISocket == CRINone {
 		logger.Info("network namespaces from /proc only (--cri-socket none)", "proc", opts.ProcRoot)

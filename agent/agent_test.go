@@ -88,7 +88,7 @@ func TestNewNetnsFinder(t *testing.T) {
 	runtimeapi.RegisterRuntimeServiceServer(srv, versionRuntime{})
 	hostSock := serveUnder(t, procRoot, "/run/rt/cri.sock", srv)
 
-	find := func(socket string) (netnsFinder, string) {
+	find := func(socket string) (netns.Finder, string) {
 		t.Helper()
 		var logs bytes.Buffer
 		f, conn, err := newNetnsFinder(t.Context(), Options{ProcRoot: procRoot, CRISocket: socket}, slog.New(slog.NewTextHandler(&logs, nil)))

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
@@ -53,9 +54,17 @@ type podFinder interface {
 	Refresh(ctx context.Context) (*podwatch.Snapshot, error)
 }
 
-// netnsFinder finds a pod's network namespace inode from its UID.
+// nsHandle holds a network namespace open: while it is open the kernel
+// cannot free the namespace, so its inode, which a service names as its
+// member, cannot pass to another namespace. *netns.Handle is one.
+type nsHandle interface {
+	Inode() uint32
+	Close() error
+}
+
+// netnsFinder opens a pod's network namespace from its UID.
 type netnsFinder interface {
-	Netns(ctx context.Context, podUID string) (uint32, error)
+	Open(ctx context.Context, podUID string) (nsHandle, error)
 }
 
 // ErrNoMember is returned by PreStart when the pod's network namespace
@@ -82,6 +91,12 @@ type nic struct {
 // binder programs CXI services for pods: at PreStartContainer it binds,
 // when a pod is gone it cleans up, and at start it reconciles the driver
 // with its checkpoint. Its methods are safe for concurrent use.
+//
+// Its state lives in three places, each with one job: the store (the
+// durable record of each pod's lease, services and devices), the holds
+// (which local pods hold each controller lease) and the NICs (fixed at
+// start). The locks below order the steps of one pod, or of one
+// allocation's files; none guards data.
 type binder struct {
 	node     string
 	resource string
@@ -92,16 +107,16 @@ type binder struct {
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
 	resolve  map[string]func(ids []string) ([]*nic, error)
 	leaser   vniLeaser
+	holds    *leaseHolds
 	pods     podFinder
 	netns    netnsFinder
+	ns       nsHolds
 	cdi      *cdispec.Writer // nil when CDI is off
 	allocDir string          // per-allocation directories
-	ckptPath string
+	store    *checkpoint.Store
 	metrics  *metrics
 	now      func() time.Time
-
-	policyMu sync.RWMutex
-	pol      policy
+	pol      atomic.Pointer[policy]
 
 	podLocks keyedMutex // one bind or cleanup per pod at a time
 	// allocLocks orders the writes and removals of one allocation's files
@@ -109,47 +124,42 @@ type binder struct {
 	// after the other share.
 	allocLocks keyedMutex
 
-	mu      sync.Mutex // guards state and gen
-	state   *checkpoint.State
-	gen     uint64
-	saveMu  sync.Mutex // orders checkpoint writes
-	written uint64
-
 	cleaning sync.Map // pod key → struct{}: cleanups in flight
 }
 
-func (b *binder) policy() policy {
-	b.policyMu.RLock()
-	defer b.policyMu.RUnlock()
-	return b.pol
+func (b *binder) policy() policy { return *b.pol.Load() }
+
+func (b *binder) setPolicy(p policy) { b.pol.Store(&p) }
+
+// useStore makes st the binder's record and counts its pods as the
+// holders of their leases.
+func (b *binder) useStore(st *checkpoint.Store) {
+	b.store = st
+	b.holds = newLeaseHolds()
+	for _, p := range st.Pods() {
+		if !p.Released {
+			b.holds.restore(p.LeaseKey, p.Key())
+		}
+	}
 }
 
-func (b *binder) setPolicy(p policy) {
-	b.policyMu.Lock()
-	b.pol = p
-	b.policyMu.Unlock()
-}
-
-// save writes the current state durably. Concurrent saves are ordered by
-// generation, so an older snapshot never overwrites a newer one.
+// save writes the record durably, counting failures.
 func (b *binder) save() error {
-	b.mu.Lock()
-	b.gen++
-	gen := b.gen
-	snap := b.state.Clone()
-	b.mu.Unlock()
-
-	b.saveMu.Lock()
-	defer b.saveMu.Unlock()
-	if gen <= b.written {
-		return nil // a newer state is already on disk
-	}
-	if err := checkpoint.Save(b.ckptPath, snap); err != nil {
+	if err := b.store.Save(); err != nil {
 		b.metrics.checkpointErrors.Inc()
-		return fmt.Errorf("save checkpoint: %w", err)
+		return err
 	}
-	b.written = gen
 	return nil
+}
+
+// update changes key's record in memory; a change that breaks the
+// store's rules is logged and not made.
+func (b *binder) update(key string, change func(*checkpoint.Pod)) checkpoint.Pod {
+	p, _, err := b.store.Update(key, change)
+	if err != nil {
+		b.logger.Error("checkpoint change refused", "pod", key, "err", err)
+	}
+	return p
 }
 
 // nicsOf maps device IDs to their NICs, deduplicated, in NIC order.
@@ -189,51 +199,36 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	if err != nil {
 		return err
 	}
-	unlock := b.podLocks.Lock(pod.Key())
+	key := pod.Key()
+	unlock := b.podLocks.Lock(key)
 	defer unlock()
 
 	if err := b.retireReplaced(ctx, pod); err != nil {
 		return err
 	}
-	member, netns, err := b.member(ctx, pod)
+	member, handle, err := b.member(ctx, pod)
 	if err != nil {
 		return err
 	}
-
-	b.mu.Lock()
-	entry := b.state.Pods[pod.Key()]
-	b.mu.Unlock()
-	fresh := entry == nil
+	// Held from here until the pod's services are destroyed; closed now
+	// if no service names it when the bind ends.
+	defer b.ns.keepIfNamed(key, handle, b.store)
+	netns := inodeOf(handle)
+	_, recorded := b.store.Get(key)
+	fresh := !recorded
 	if fresh {
-		ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-		lease, err := b.leaser.AcquireJobVNI(ctx, ref)
-		if err != nil {
-			return fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
-		}
-		entry = &checkpoint.Pod{
-			UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
-			VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
-			DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
-		}
-		// Recorded before any service exists, so that a crash between
-		// here and the next save leaves services a restart recognises.
-		b.mu.Lock()
-		b.state.Pods[pod.Key()] = entry
-		b.mu.Unlock()
-		if err := b.save(); err != nil {
-			b.forget(ctx, pod.Key(), entry)
+		if err := b.record(ctx, pod, netns); err != nil {
 			return err
 		}
 	}
-
-	created, err := b.ensureServices(ctx, pod.Key(), entry, nics, member, netns)
+	created, err := b.ensureServices(ctx, key, nics, member, netns)
 	if err != nil {
-		b.rollback(ctx, pod.Key(), entry, created, fresh)
+		b.rollback(ctx, key, created, fresh)
 		return err
 	}
-	b.mu.Lock()
-	entry.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
-	b.mu.Unlock()
+	entry := b.update(key, func(p *checkpoint.Pod) {
+		p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
+	})
 	// The record and the published values do not depend on each other:
 	// write them at once, since both wait on the disk.
 	var saveErr, pubErr error
@@ -242,15 +237,80 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	wg.Go(func() { pubErr = b.publish(ids, entry, nics) })
 	wg.Wait()
 	if saveErr != nil {
-		b.rollback(ctx, pod.Key(), entry, created, fresh)
+		b.rollback(ctx, key, created, fresh)
 		return saveErr
 	}
 	if pubErr != nil {
 		return pubErr
 	}
-	b.logger.Info("bound pod", "pod", pod.Key(), "uid", pod.UID, "container", container,
+	b.logger.Info("bound pod", "pod", key, "uid", pod.UID, "container", container,
 		"vni", entry.VNI, "scope", entry.Scope, "netns", netns, "nics", nicNames(nics))
 	return nil
+}
+
+// record leases the VNI of a pod seen for the first time and records the
+// pod durably, before any service exists, so that a crash before the next
+// save leaves services a restart recognises.
+func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32) error {
+	key := pod.Key()
+	lease, err := b.acquire(ctx, pod)
+	if err != nil {
+		return err
+	}
+	entry := checkpoint.Pod{
+		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
+		DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
+	}
+	if err := b.store.Put(entry); err != nil {
+		b.release(ctx, key, lease)
+		return fmt.Errorf("record pod %s: %w", key, err)
+	}
+	if err := b.save(); err != nil {
+		b.forget(ctx, key)
+		return err
+	}
+	return nil
+}
+
+// acquire leases the pod's VNI and counts the pod among the lease's local
+// holders. A release of the same lease by the last other holder may have
+// crossed this acquire at the controller; then it acquires again, once.
+func (b *binder) acquire(ctx context.Context, pod *podwatch.Pod) (controllerclient.Lease, error) {
+	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	since := b.holds.begin()
+	lease, err := b.leaser.AcquireJobVNI(ctx, ref)
+	if err != nil {
+		b.holds.abandon(since)
+		return lease, fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
+	}
+	if b.holds.add(lease.Key, pod.Key(), since) {
+		return lease, nil
+	}
+	again, err := b.leaser.AcquireJobVNI(ctx, ref)
+	if err == nil && again.VNI != lease.VNI {
+		err = fmt.Errorf("the controller answered VNI %d, then %d", lease.VNI, again.VNI)
+	}
+	if err != nil {
+		b.release(ctx, pod.Key(), lease)
+		return lease, fmt.Errorf("lease VNI for %s again, after a release of it crossed: %w", pod.Key(), err)
+	}
+	return again, nil
+}
+
+// release drops key's hold on lease, and the node's hold at the controller
+// with the last local holder. It reports whether the lease no longer
+// needs releasing for key.
+func (b *binder) release(ctx context.Context, key string, lease controllerclient.Lease) bool {
+	if !b.holds.drop(lease.Key, key) {
+		return true // other pods on this node run on the VNI
+	}
+	defer b.holds.done(lease.Key)
+	if err := b.leaser.ReleaseJobVNI(ctx, lease); err != nil {
+		b.logger.Warn("release VNI; will retry", "pod", key, "vni", lease.VNI, "err", err)
+		return false
+	}
+	return true
 }
 
 // allocationRecord keys a container's devices of one resource in the
@@ -260,10 +320,8 @@ func allocationRecord(container, resource string) string { return container + "@
 // retireReplaced cleans up a recorded pod of the same name but another
 // UID: a StatefulSet pod recreated before its predecessor's exit was seen.
 func (b *binder) retireReplaced(ctx context.Context, pod *podwatch.Pod) error {
-	b.mu.Lock()
-	old := b.state.Pods[pod.Key()]
-	b.mu.Unlock()
-	if old == nil || old.UID == "" || pod.UID == "" || old.UID == pod.UID {
+	old, ok := b.store.Get(pod.Key())
+	if !ok || old.UID == "" || pod.UID == "" || old.UID == pod.UID {
 		return nil
 	}
 	b.logger.Info("pod was replaced; cleaning up its predecessor", "pod", pod.Key(), "old_uid", old.UID, "uid", pod.UID)
@@ -273,58 +331,64 @@ func (b *binder) retireReplaced(ctx context.Context, pod *podwatch.Pod) error {
 	return nil
 }
 
-// member chooses the services' member: the pod's network namespace, or
-// the configured fallback UID/GID where the namespace cannot be found.
-func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, uint32, error) {
+// member chooses the services' member: the pod's network namespace, held
+// open by the returned handle, or the configured fallback UID/GID (and a
+// nil handle) where the namespace cannot be found.
+func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, nsHandle, error) {
 	var nsErr error
 	if pod.UID == "" {
 		nsErr = errors.New("pod UID unknown (the kubelet checkpoint did not name it)")
-	} else if ino, err := b.netns.Netns(ctx, pod.UID); err == nil {
-		return cxi.Member{Type: cxi.MemberNetNS, ID: ino}, ino, nil
+	} else if h, err := b.netns.Open(ctx, pod.UID); err == nil {
+		return cxi.Member{Type: cxi.MemberNetNS, ID: h.Inode()}, h, nil
 	} else {
 		nsErr = err
 	}
 	if fb := b.policy().fallback; fb != nil {
 		b.logger.Warn("pod network namespace not found; using the configured fallback member",
 			"pod", pod.Key(), "member", fb.String(), "err", nsErr)
-		return *fb, 0, nil
+		return *fb, nil, nil
 	}
-	return cxi.Member{}, 0, fmt.Errorf("%w %s: %w; configure membership.fallbackUID or fallbackGID to allow a UID/GID member", ErrNoMember, pod.Key(), nsErr)
+	return cxi.Member{}, nil, fmt.Errorf("%w %s: %w; configure membership.fallbackUID or fallbackGID to allow a UID/GID member", ErrNoMember, pod.Key(), nsErr)
 }
 
-// ensureServices makes sure entry has a live service on each NIC, with
-// the right member. It returns the services it created in this call.
-func (b *binder) ensureServices(ctx context.Context, key string, entry *checkpoint.Pod, nics []*nic, member cxi.Member, netns uint32) ([]checkpoint.Service, error) {
-	if entry.VNI == 0 {
+// inodeOf is the inode h holds; 0 for none.
+func inodeOf(h nsHandle) uint32 {
+	if h == nil {
+		return 0
+	}
+	return h.Inode()
+}
+
+// ensureServices makes sure key's record has a live service on each NIC,
+// with the right member. It returns the services it created in this call.
+func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, member cxi.Member, netns uint32) ([]checkpoint.Service, error) {
+	entry, ok := b.store.Get(key)
+	if !ok || entry.VNI == 0 {
 		return nil, nil // the pod opted out of a VNI: no service to make
+	}
+	// Services that cannot stay go first, all of them, so that no service
+	// names an old namespace once a new one is recorded.
+	stale := entry.Netns != netns // the sandbox, and so its netns, was recreated
+	var missing []*nic
+	for _, n := range nics {
+		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
+		if i >= 0 {
+			keep, err := b.checkService(ctx, n, entry.Services[i].ID, entry.VNI, stale)
+			if err != nil {
+				return nil, err
+			}
+			if keep {
+				continue // a restarted container: the service is there
+			}
+			b.update(key, func(p *checkpoint.Pod) {
+				p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
+			})
+		}
+		missing = append(missing, n)
 	}
 	pol := b.policy()
 	var created []checkpoint.Service
-	for _, n := range nics {
-		b.mu.Lock()
-		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
-		var have checkpoint.Service
-		if i >= 0 {
-			have = entry.Services[i]
-		}
-		stale := entry.Netns != netns // the sandbox, and so its netns, was recreated
-		b.mu.Unlock()
-		if i >= 0 {
-			svc, err := n.drv.Get(ctx, have.ID)
-			switch {
-			case err == nil && !stale && slices.Contains(svc.VNIs, entry.VNI):
-				continue // a restarted container: the service is there
-			case err == nil:
-				if derr := n.drv.Destroy(ctx, have.ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
-					return created, fmt.Errorf("replace stale service %d on %s: %w", have.ID, n.name, derr)
-				}
-			case !errors.Is(err, cxi.ErrNotFound):
-				return created, fmt.Errorf("check service %d on %s: %w", have.ID, n.name, err)
-			}
-			b.mu.Lock()
-			entry.Services = slices.DeleteFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
-			b.mu.Unlock()
-		}
+	for _, n := range missing {
 		spec := cxi.ServiceSpec{VNIs: []uint16{entry.VNI}, Members: []cxi.Member{member}, TCs: pol.tcs, Limits: pol.limits}
 		svc, err := n.drv.Create(ctx, spec)
 		if err != nil {
@@ -333,34 +397,49 @@ func (b *binder) ensureServices(ctx context.Context, key string, entry *checkpoi
 		}
 		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: []uint16{entry.VNI}}
 		created = append(created, rec)
-		b.mu.Lock()
-		entry.Services = append(entry.Services, rec)
-		entry.Netns = netns
-		b.mu.Unlock()
+		b.update(key, func(p *checkpoint.Pod) {
+			p.Services = append(p.Services, rec)
+			p.Netns = netns
+		})
 	}
 	return created, nil
 }
 
+// checkService reports whether a recorded service can be kept: it is
+// there, carries vni and its member is current. One that cannot is
+// destroyed.
+func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vni uint16, stale bool) (bool, error) {
+	svc, err := n.drv.Get(ctx, id)
+	switch {
+	case err == nil && !stale && slices.Contains(svc.VNIs, vni):
+		return true, nil
+	case err == nil:
+		if derr := n.drv.Destroy(ctx, id); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
+			return false, fmt.Errorf("replace stale service %d on %s: %w", id, n.name, derr)
+		}
+		return false, nil
+	case errors.Is(err, cxi.ErrNotFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("check service %d on %s: %w", id, n.name, err)
+	}
+}
+
 // rollback undoes a failed bind: the services made in this call, and for a
 // pod seen for the first time its lease and record.
-func (b *binder) rollback(ctx context.Context, key string, entry *checkpoint.Pod, created []checkpoint.Service, fresh bool) {
+func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool) {
 	for _, s := range created {
 		if err := b.nics[s.NIC].drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
 			b.logger.Error("rollback: destroy service", "nic", s.NIC, "id", s.ID, "err", err)
 			continue // stays recorded; cleanup retries it
 		}
-		b.mu.Lock()
-		entry.Services = slices.DeleteFunc(entry.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
-		b.mu.Unlock()
+		b.update(key, func(p *checkpoint.Pod) {
+			p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
+		})
 	}
-	if fresh {
-		b.mu.Lock()
-		left := len(entry.Services)
-		b.mu.Unlock()
-		if left == 0 {
-			b.forget(ctx, key, entry)
-			return
-		}
+	if entry, ok := b.store.Get(key); fresh && ok && len(entry.Services) == 0 {
+		b.forget(ctx, key)
+		return
 	}
 	if err := b.save(); err != nil {
 		b.logger.Error("rollback: save checkpoint", "err", err)
@@ -368,14 +447,16 @@ func (b *binder) rollback(ctx context.Context, key string, entry *checkpoint.Pod
 }
 
 // forget releases a pod's lease and drops its record.
-func (b *binder) forget(ctx context.Context, key string, entry *checkpoint.Pod) {
-	if err := b.leaser.ReleaseJobVNI(ctx, leaseOf(entry)); err != nil {
-		b.logger.Warn("release VNI", "pod", key, "vni", entry.VNI, "err", err)
+func (b *binder) forget(ctx context.Context, key string) {
+	entry, ok := b.store.Get(key)
+	if !ok {
+		return
+	}
+	if !entry.Released && !b.release(ctx, key, leaseOf(&entry)) {
 		return // kept; the cleanup loop retries
 	}
-	b.mu.Lock()
-	delete(b.state.Pods, key)
-	b.mu.Unlock()
+	b.store.Delete(key)
+	b.ns.release(key)
 	if err := b.save(); err != nil {
 		b.logger.Error("save checkpoint", "err", err)
 	}
@@ -395,13 +476,11 @@ const EnvFileName = "slingshot.env"
 
 // publish writes the late-bound values where the container will find
 // them: the per-allocation env file and the CDI spec.
-func (b *binder) publish(ids []string, entry *checkpoint.Pod, nics []*nic) error {
+func (b *binder) publish(ids []string, entry checkpoint.Pod, nics []*nic) error {
 	key := cdispec.AllocationKey(ids)
 	unlock := b.allocLocks.Lock(key)
 	defer unlock()
-	b.mu.Lock()
 	env := b.envFor(entry, nics)
-	b.mu.Unlock()
 
 	dir := filepath.Join(b.allocDir, key)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -426,8 +505,7 @@ func (b *binder) publish(ids []string, entry *checkpoint.Pod, nics []*nic) error
 }
 
 // envFor returns the SLINGSHOT_* environment of a container using nics.
-// The caller holds b.mu.
-func (b *binder) envFor(entry *checkpoint.Pod, nics []*nic) []string {
+func (b *binder) envFor(entry checkpoint.Pod, nics []*nic) []string {
 	var devs, ids []string
 	for _, n := range nics {
 		for _, s := range entry.Services {
@@ -460,6 +538,65 @@ func nicNames(nics []*nic) []string {
 		out[i] = n.name
 	}
 	return out
+}
+
+// nsHolds keeps the network namespaces that recorded services name open,
+// by pod key.
+type nsHolds struct {
+	mu    sync.Mutex // guards byPod
+	byPod map[string]nsHandle
+}
+
+// keepIfNamed keeps h for pod when pod's record still has a service whose
+// member is h's namespace, replacing (and closing) the handle kept before;
+// otherwise it closes h. A nil h is nothing to keep.
+func (n *nsHolds) keepIfNamed(pod string, h nsHandle, st *checkpoint.Store) {
+	if h == nil {
+		return
+	}
+	if p, ok := st.Get(pod); !ok || len(p.Services) == 0 || p.Netns != h.Inode() {
+		_ = h.Close()
+		return
+	}
+	n.mu.Lock()
+	if n.byPod == nil {
+		n.byPod = map[string]nsHandle{}
+	}
+	old := n.byPod[pod]
+	n.byPod[pod] = h
+	n.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+// release closes the handle kept for pod, once no service names it.
+func (n *nsHolds) release(pod string) {
+	n.mu.Lock()
+	h := n.byPod[pod]
+	delete(n.byPod, pod)
+	n.mu.Unlock()
+	if h != nil {
+		_ = h.Close()
+	}
+}
+
+// held returns the inode kept open for pod; 0 for none.
+func (n *nsHolds) held(pod string) uint32 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return inodeOf(n.byPod[pod])
+}
+
+// closeAll closes every handle, when the agent stops.
+func (n *nsHolds) closeAll() {
+	n.mu.Lock()
+	hs := n.byPod
+	n.byPod = nil
+	n.mu.Unlock()
+	for _, h := range hs {
+		_ = h.Close()
+	}
 }
 
 // keyedMutex is a set of mutexes by key, created on demand and dropped

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,11 +113,24 @@ func (l *fakeLeaser) ReleaseJobVNI(_ context.Context, lease controllerclient.Lea
 
 type fakeNetns map[string]uint32
 
-func (f fakeNetns) Netns(_ context.Context, uid string) (uint32, error) {
+func (f fakeNetns) Open(_ context.Context, uid string) (nsHandle, error) {
 	if ino, ok := f[uid]; ok {
-		return ino, nil
+		return &fakeHandle{ino: ino}, nil
 	}
-	return 0, errors.New("no such pod process")
+	return nil, errors.New("no such pod process")
+}
+
+// fakeHandle is a namespace held open.
+type fakeHandle struct {
+	ino    uint32
+	closed atomic.Bool
+}
+
+func (h *fakeHandle) Inode() uint32 { return h.ino }
+
+func (h *fakeHandle) Close() error {
+	h.closed.Store(true)
+	return nil
 }
 
 // rig is a binder over two simulated NICs.
@@ -150,8 +164,8 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},
 		resolve: map[string]func([]string) ([]*nic, error){},
 		leaser:  leaser, pods: r.pods, netns: netns, cdi: cdiw,
-		allocDir: filepath.Join(dir, "containers"), ckptPath: filepath.Join(dir, CheckpointName),
-		metrics: m, now: time.Now,
+		allocDir: filepath.Join(dir, "containers"),
+		metrics:  m, now: time.Now,
 	}
 	b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses})
 	fastRetry := backoff.Policy{Initial: time.Millisecond, Attempts: 3, Wait: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
@@ -165,11 +179,11 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		b.nics[name] = &nic{name: name, index: i, devPath: "/dev/" + name, drv: client}
 	}
 	b.resolve[res] = b.nicsOf
-	state, err := checkpoint.Load(b.ckptPath, "n1")
+	store, err := checkpoint.Open(filepath.Join(dir, CheckpointName), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.state = state
+	b.useStore(store)
 	r.b = b
 	return r
 }
@@ -219,7 +233,7 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 		}
 	}
 	// The checkpoint on disk has the pod, so a restart knows its services.
-	st, err := checkpoint.Load(r.b.ckptPath, "n1")
+	st, err := checkpoint.Load(r.b.store.Path(), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +294,7 @@ func TestPreStartLeaseFailureLeavesNothing(t *testing.T) {
 	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err == nil {
 		t.Fatal("PreStart succeeded without a lease")
 	}
-	if len(r.services(t, "cxi0")) != 0 || len(r.b.state.Pods) != 0 {
+	if len(r.services(t, "cxi0")) != 0 || len(r.b.store.Keys()) != 0 {
 		t.Fatal("a failed lease left services or a record")
 	}
 }
@@ -329,7 +343,7 @@ func TestCleanupRetriesBusyServices(t *testing.T) {
 	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	id := r.b.state.Pods["ns/a"].Services[0].ID
+	id := r.record(t, "ns/a").Services[0].ID
 	if err := r.sims["cxi0"].SetInUse(id, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +351,7 @@ func TestCleanupRetriesBusyServices(t *testing.T) {
 	var wg sync.WaitGroup
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
-	if len(r.services(t, "cxi0")) != 1 || r.b.state.Pods["ns/a"] == nil {
+	if len(r.services(t, "cxi0")) != 1 || !r.has("ns/a") {
 		t.Fatal("a busy service was forgotten")
 	}
 	if got := testutil.ToFloat64(r.b.metrics.stuckServices); got != 1 {
@@ -355,7 +369,7 @@ func TestCleanupRetriesBusyServices(t *testing.T) {
 	}
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
-	if len(r.services(t, "cxi0")) != 0 || r.b.state.Pods["ns/a"] != nil || len(r.leaser.released) != 1 {
+	if len(r.services(t, "cxi0")) != 0 || r.has("ns/a") || len(r.leaser.released) != 1 {
 		t.Fatal("busy service not cleaned up once free")
 	}
 }
@@ -376,7 +390,7 @@ func TestReplacedPodIsRetiredFirst(t *testing.T) {
 	if len(svcs) != 1 || svcs[0].Members[0].ID != 4026532002 {
 		t.Fatalf("services = %+v, want one for the new pod's netns", svcs)
 	}
-	if p := r.b.state.Pods["ns/s-0"]; p.UID != "uid-2" {
+	if p := r.record(t, "ns/s-0"); p.UID != "uid-2" {
 		t.Fatalf("recorded pod = %+v, want uid-2", p)
 	}
 }
@@ -394,8 +408,10 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	// A bind that crashed after creating its service and before recording
 	// it: the record (saved before any service) has a VNI and netns.
-	crashed := &checkpoint.Pod{UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", LeaseKey: "ns/c", Netns: 4026532003, DeviceIDs: map[string][]string{}}
-	r.b.state.Pods["ns/c"] = crashed
+	crashed := checkpoint.Pod{UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", LeaseKey: "ns/c", Netns: 4026532003, DeviceIDs: map[string][]string{}}
+	if err := r.b.store.Put(crashed); err != nil {
+		t.Fatal(err)
+	}
 	leaser.held["ns/c"] = 1500
 	if err := r.b.save(); err != nil {
 		t.Fatal(err)
@@ -414,7 +430,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The driver lost pod b's service (a driver reload).
-	if err := r.b.nics["cxi1"].drv.Destroy(t.Context(), r.b.state.Pods["ns/b"].Services[0].ID); err != nil {
+	if err := r.b.nics["cxi1"].drv.Destroy(t.Context(), r.record(t, "ns/b").Services[0].ID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -446,11 +462,11 @@ func TestReconcileAfterRestart(t *testing.T) {
 	if len(ids("cxi0")) != 1 || len(ids("cxi1")) != 2 {
 		t.Fatalf("cxi0 %v, cxi1 %v: want a's service, and b's re-created one beside the foreign one", ids("cxi0"), ids("cxi1"))
 	}
-	if r2.b.state.Pods["ns/c"] != nil || leaser.held["ns/c"] != 0 {
+	if r2.has("ns/c") || leaser.held["ns/c"] != 0 {
 		t.Fatal("the crashed pod's record or lease survived")
 	}
 	// Pod b's env file names its new service.
-	newID := r2.b.state.Pods["ns/b"].Services[0].ID
+	newID := r2.record(t, "ns/b").Services[0].ID
 	if env := r2.envFile(t, dev1); !strings.Contains(env, fmt.Sprintf("SLINGSHOT_SVC_IDS=%d\n", newID)) {
 		t.Fatalf("env not republished with service %d:\n%s", newID, env)
 	}
@@ -542,4 +558,20 @@ func TestPreferredAllocationSpreadsShares(t *testing.T) {
 			t.Errorf("size %d must %v: got %v over %d NICs and %d NUMA nodes", tt.size, tt.must, got, len(nics), len(numa))
 		}
 	}
+}
+
+// record returns the binder's record of key, failing the test without one.
+func (r *rig) record(t testing.TB, key string) checkpoint.Pod {
+	t.Helper()
+	p, ok := r.b.store.Get(key)
+	if !ok {
+		t.Fatalf("no record of %s; records: %v", key, r.b.store.Keys())
+	}
+	return p
+}
+
+// has reports whether the binder records key.
+func (r *rig) has(key string) bool {
+	_, ok := r.b.store.Get(key)
+	return ok
 }

@@ -118,9 +118,7 @@ func TestPreStartUnderChurnWithinTheKubeletRateLimit(t *testing.T) {
 	// Every pod is gone: the agent cleans them all up.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r.b.mu.Lock()
-		left := len(r.b.state.Pods)
-		r.b.mu.Unlock()
+		left := len(r.b.store.Keys())
 		if left == 0 {
 			break
 		}

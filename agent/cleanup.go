@@ -18,13 +18,13 @@ import (
 )
 
 // gone reports whether a recorded pod is gone: the kubelet no longer
-// holds its devices (see podwatch.Watcher.Gone). The caller holds b.mu.
-func (b *binder) gone(entry *checkpoint.Pod) bool {
+// holds its devices (see podwatch.Watcher.Gone).
+func (b *binder) gone(entry checkpoint.Pod) bool {
 	return b.pods.Gone(holderOf(entry))
 }
 
 // holderOf is the pod a record names, with the devices it held.
-func holderOf(entry *checkpoint.Pod) podwatch.Holder {
+func holderOf(entry checkpoint.Pod) podwatch.Holder {
 	h := podwatch.Holder{Namespace: entry.Namespace, Name: entry.Name, UID: entry.UID, Devices: map[string][]string{}}
 	for rec, ids := range entry.DeviceIDs {
 		_, resource, _ := strings.Cut(rec, "@")
@@ -53,15 +53,11 @@ func (b *binder) RunCleanup(ctx context.Context, changes <-chan struct{}, retry 
 // sweep starts a cleanup for every recorded pod that is gone, unless one
 // is already running for it.
 func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
-	b.mu.Lock()
-	var gone []string
-	for key, entry := range b.state.Pods {
-		if b.gone(entry) {
-			gone = append(gone, key)
+	for _, entry := range b.store.Pods() {
+		if !b.gone(entry) {
+			continue
 		}
-	}
-	b.mu.Unlock()
-	for _, key := range gone {
+		key := entry.Key()
 		if _, running := b.cleaning.LoadOrStore(key, struct{}{}); running {
 			continue
 		}
@@ -71,11 +67,7 @@ func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
 			defer unlock()
 			// Re-check under the pod lock: a bind may have just recorded a
 			// new pod of the same name.
-			b.mu.Lock()
-			entry := b.state.Pods[key]
-			stillGone := entry != nil && b.gone(entry)
-			b.mu.Unlock()
-			if !stillGone {
+			if entry, ok := b.store.Get(key); !ok || !b.gone(entry) {
 				return
 			}
 			b.cleanupLocked(ctx, key)
@@ -88,74 +80,53 @@ func (b *binder) sweep(ctx context.Context, wg *sync.WaitGroup) {
 // lock. It reports whether the pod's record is gone; a service still busy
 // after its retries keeps the record, to be tried again.
 func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
-	b.mu.Lock()
-	entry := b.state.Pods[key]
-	if entry == nil {
-		b.mu.Unlock()
+	entry, ok := b.store.Get(key)
+	if !ok {
 		return true
 	}
 	if entry.Exited == nil {
-		t := b.now().UTC()
-		entry.Exited = &t
+		entry = b.update(key, func(p *checkpoint.Pod) { t := b.now().UTC(); p.Exited = &t })
+		if err := b.save(); err != nil {
+			b.logger.Error("save checkpoint", "err", err)
+		}
 	}
-	exited := *entry.Exited
-	services := slices.Clone(entry.Services)
-	var allocKeys []string
-	for _, ids := range entry.DeviceIDs {
-		allocKeys = append(allocKeys, cdispec.AllocationKey(ids))
-	}
-	b.mu.Unlock()
-	if err := b.save(); err != nil {
-		b.logger.Error("save checkpoint", "err", err)
-	}
-
-	for _, s := range services {
-		err := b.destroy(ctx, s)
-		switch {
-		case err == nil:
-		case errors.Is(err, cxi.ErrBusy):
-			b.metrics.stuckServices.Inc()
-			b.logger.Warn("service still in use after retries; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
-			continue
-		default:
-			b.metrics.serviceErrors.WithLabelValues(s.NIC, "destroy").Inc()
-			b.logger.Error("destroy service; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
+	for _, s := range entry.Services {
+		if err := b.destroy(ctx, s); err != nil {
+			if errors.Is(err, cxi.ErrBusy) {
+				b.metrics.stuckServices.Inc()
+				b.logger.Warn("service still in use after retries; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
+			} else {
+				b.metrics.serviceErrors.WithLabelValues(s.NIC, "destroy").Inc()
+				b.logger.Error("destroy service; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
+			}
 			continue
 		}
-		b.mu.Lock()
-		entry.Services = slices.DeleteFunc(entry.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
-		b.mu.Unlock()
+		b.update(key, func(p *checkpoint.Pod) {
+			p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
+		})
 	}
-	for _, k := range allocKeys {
-		b.removeAllocation(key, k)
+	for _, ids := range entry.DeviceIDs {
+		b.removeAllocation(key, cdispec.AllocationKey(ids))
 	}
-
-	b.mu.Lock()
-	left, released := len(entry.Services), entry.Released
-	b.mu.Unlock()
-	if left > 0 {
+	if left, _ := b.store.Get(key); len(left.Services) > 0 {
 		if err := b.save(); err != nil {
 			b.logger.Error("save checkpoint", "err", err)
 		}
 		return false
 	}
-	if !released {
-		if err := b.leaser.ReleaseJobVNI(ctx, leaseOf(entry)); err != nil {
-			b.logger.Warn("release VNI; will retry", "pod", key, "vni", entry.VNI, "err", err)
+	b.ns.release(key) // no service names the namespace any more
+	if !entry.Released {
+		if !b.release(ctx, key, leaseOf(&entry)) {
 			return false
 		}
-		b.mu.Lock()
-		entry.Released = true
-		b.mu.Unlock()
+		b.update(key, func(p *checkpoint.Pod) { p.Released = true })
 	}
-	b.mu.Lock()
-	delete(b.state.Pods, key)
-	b.mu.Unlock()
+	b.store.Delete(key)
 	if err := b.save(); err != nil {
 		b.logger.Error("save checkpoint", "err", err)
 	}
-	b.metrics.cleanupLatency.Observe(b.now().Sub(exited).Seconds())
-	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(services))
+	b.metrics.cleanupLatency.Observe(b.now().Sub(*entry.Exited).Seconds())
+	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(entry.Services))
 	return true
 }
 
@@ -168,14 +139,12 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 func (b *binder) removeAllocation(podKey, allocKey string) {
 	unlock := b.allocLocks.Lock(allocKey)
 	defer unlock()
-	b.mu.Lock()
 	inUse := false
-	for key, p := range b.state.Pods {
+	for _, p := range b.store.Pods() {
 		for _, ids := range p.DeviceIDs {
-			inUse = inUse || key != podKey && cdispec.AllocationKey(ids) == allocKey
+			inUse = inUse || p.Key() != podKey && cdispec.AllocationKey(ids) == allocKey
 		}
 	}
-	b.mu.Unlock()
 	if inUse {
 		return
 	}

@@ -62,9 +62,7 @@ func (r *rig) kept(t *testing.T, step string, cxi0, cxi1 []uint32) {
 	if got := r.svcIDs(t, "cxi1"); !slices.Equal(got, cxi1) {
 		t.Fatalf("%s: cxi1 services %v, want %v", step, got, cxi1)
 	}
-	r.b.mu.Lock()
-	n := len(r.b.state.Pods)
-	r.b.mu.Unlock()
+	n := len(r.b.store.Keys())
 	r.leaser.mu.Lock()
 	released := slices.Clone(r.leaser.released)
 	r.leaser.mu.Unlock()
@@ -119,8 +117,8 @@ func TestKubeletRestartKeepsRunningPods(t *testing.T) {
 	if got := r.svcIDs(t, "cxi1"); !slices.Equal(got, cxi1) {
 		t.Fatalf("pod b's services %v, want %v", got, cxi1)
 	}
-	if !slices.Equal(r.leaser.released, []string{"ns/a"}) || r.b.state.Pods["ns/b"] == nil || r.b.state.Pods["ns/a"] != nil {
-		t.Fatalf("released %v, records %v: want only pod a cleaned up", r.leaser.released, r.b.state.PodKeys())
+	if !slices.Equal(r.leaser.released, []string{"ns/a"}) || !r.has("ns/b") || r.has("ns/a") {
+		t.Fatalf("released %v, records %v: want only pod a cleaned up", r.leaser.released, r.b.store.Keys())
 	}
 }
 
@@ -247,10 +245,10 @@ func TestCleanupLeavesTheNextHoldersFiles(t *testing.T) {
 	var wg sync.WaitGroup
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
-	if r.b.state.Pods["ns/a"] != nil || r.b.state.Pods["ns/b"] == nil {
-		t.Fatalf("records %v, want only ns/b", r.b.state.PodKeys())
+	if r.has("ns/a") || !r.has("ns/b") {
+		t.Fatalf("records %v, want only ns/b", r.b.store.Keys())
 	}
-	svc := r.b.state.Pods["ns/b"].Services[0].ID
+	svc := r.record(t, "ns/b").Services[0].ID
 	if env := r.envFile(t, dev0); !strings.Contains(env, fmt.Sprintf("SLINGSHOT_SVC_IDS=%d\n", svc)) {
 		t.Fatalf("env file does not name pod b's service %d:\n%s", svc, env)
 	}

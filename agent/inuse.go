@@ -16,13 +16,11 @@ import (
 // is still named by its record.
 func (b *binder) inUseVNIs(ctx context.Context) ([]uint16, error) {
 	set := map[uint16]bool{}
-	b.mu.Lock()
-	for _, p := range b.state.Pods {
+	for _, p := range b.store.Pods() {
 		if p.VNI != 0 {
 			set[p.VNI] = true
 		}
 	}
-	b.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(b.nics)) {
 		svcs, err := b.nics[name].drv.List(ctx)
 		if err != nil {

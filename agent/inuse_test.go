@@ -26,14 +26,14 @@ func TestInUseVNIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A lease recorded before its services exist (a bind under way).
-	r.b.mu.Lock()
-	r.b.state.Pods["ns/b"] = &checkpoint.Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1999, LeaseKey: "job/ns/b"}
-	r.b.mu.Unlock()
+	if err := r.b.store.Put(checkpoint.Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1999, LeaseKey: "job/ns/b"}); err != nil {
+		t.Fatal(err)
+	}
 	// A service the agent did not make.
 	if _, err := r.b.nics["cxi1"].drv.Create(ctx, cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[uint16]bool{r.b.state.Pods["ns/a"].VNI: true, 1999: true, 3000: true}
+	want := map[uint16]bool{r.record(t, "ns/a").VNI: true, 1999: true, 3000: true}
 	for _, n := range []string{"cxi0", "cxi1"} {
 		all, err := r.b.nics[n].drv.List(ctx)
 		if err != nil {

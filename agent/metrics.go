@@ -153,13 +153,12 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	c.b.mu.Lock()
 	perNIC := map[string]int{}
 	for name := range c.b.nics {
 		perNIC[name] = 0
 	}
 	running, cleaning := 0, 0
-	for _, p := range c.b.state.Pods {
+	for _, p := range c.b.store.Pods() {
 		if p.Exited != nil {
 			cleaning++
 		} else {
@@ -169,7 +168,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			perNIC[s.NIC]++
 		}
 	}
-	c.b.mu.Unlock()
 	for nic, n := range perNIC {
 		ch <- prometheus.MustNewConstMetric(c.services, prometheus.GaugeValue, float64(n), nic)
 	}

@@ -47,34 +47,28 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		driver[name] = svcs
 	}
 
-	b.mu.Lock()
-	keys := b.state.PodKeys()
-	b.mu.Unlock()
 	owned := map[string]map[uint32]bool{}
-	for _, key := range keys {
+	for _, key := range b.store.Keys() {
 		unlock := b.podLocks.Lock(key)
-		b.mu.Lock()
-		entry := b.state.Pods[key]
-		gone := b.gone(entry)
-		b.mu.Unlock()
-		if gone {
+		entry, ok := b.store.Get(key)
+		if ok && b.gone(entry) {
 			if b.cleanupLocked(ctx, key) {
 				rep.CleanedPods++
 			}
 			unlock()
 			continue
 		}
-		kept, recreated := b.keepServices(ctx, key, entry, driver)
+		kept, recreated := b.keepServices(ctx, key, driver)
 		rep.Kept += kept
 		rep.Recreated += recreated
-		b.mu.Lock()
+		entry, _ = b.store.Get(key)
+		b.holdNamespace(ctx, entry)
 		for _, s := range entry.Services {
 			if owned[s.NIC] == nil {
 				owned[s.NIC] = map[uint32]bool{}
 			}
 			owned[s.NIC][s.ID] = true
 		}
-		b.mu.Unlock()
 		unlock()
 	}
 
@@ -106,21 +100,15 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 			if owned[name][svc.ID] || svc.IsDefault() || svc.System {
 				continue
 			}
-			key, entry := b.recognise(svc)
-			live := false
-			if entry != nil {
-				b.mu.Lock()
-				live = !b.gone(entry)
-				b.mu.Unlock()
-			}
+			key, entry, recognised := b.recognise(svc)
 			switch {
-			case live:
-				b.mu.Lock()
-				entry.Services = append(entry.Services, checkpoint.Service{NIC: name, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)})
-				b.mu.Unlock()
+			case recognised && !b.gone(entry):
+				b.update(key, func(p *checkpoint.Pod) {
+					p.Services = append(p.Services, checkpoint.Service{NIC: name, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)})
+				})
 				rep.Adopted++
 				b.logger.Info("adopted service from an interrupted bind", "pod", key, "nic", name, "id", svc.ID)
-			case entry != nil || opts.cleanManaged && inRange(svc.VNIs, opts.managedLo, opts.managedHi):
+			case recognised || opts.cleanManaged && inRange(svc.VNIs, opts.managedLo, opts.managedHi):
 				if err := b.nics[name].drv.Destroy(ctx, svc.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
 					b.logger.Error("destroy orphan service", "nic", name, "id", svc.ID, "err", err)
 					continue
@@ -138,9 +126,12 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 // keepServices checks a live pod's recorded services against the driver
 // and re-creates those the driver lost (a driver reload), republishing
 // the new IDs.
-func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint.Pod, driver map[string][]cxi.Service) (kept, recreated int) {
+func (b *binder) keepServices(ctx context.Context, key string, driver map[string][]cxi.Service) (kept, recreated int) {
+	entry, ok := b.store.Get(key)
+	if !ok {
+		return 0, 0
+	}
 	var lost []*nic
-	b.mu.Lock()
 	for _, s := range entry.Services {
 		if slices.ContainsFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID }) {
 			kept++
@@ -148,7 +139,6 @@ func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint
 			lost = append(lost, n)
 		}
 	}
-	b.mu.Unlock()
 	if len(lost) == 0 {
 		return kept, 0
 	}
@@ -157,22 +147,17 @@ func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint
 		b.logger.Error("services of a live pod are gone and no member is known to re-create them", "pod", key)
 		return kept, 0
 	}
-	b.mu.Lock()
-	entry.Services = slices.DeleteFunc(entry.Services, func(s checkpoint.Service) bool {
-		return slices.ContainsFunc(lost, func(n *nic) bool { return n.name == s.NIC })
+	b.update(key, func(p *checkpoint.Pod) {
+		p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool {
+			return slices.ContainsFunc(lost, func(n *nic) bool { return n.name == s.NIC })
+		})
 	})
-	b.mu.Unlock()
-	created, err := b.ensureServices(ctx, key, entry, lost, member, entry.Netns)
+	created, err := b.ensureServices(ctx, key, lost, member, entry.Netns)
 	if err != nil {
 		b.logger.Error("re-create lost services", "pod", key, "err", err)
 	}
-	b.mu.Lock()
-	containers := make(map[string][]string, len(entry.DeviceIDs))
-	for c, ids := range entry.DeviceIDs {
-		containers[c] = slices.Clone(ids)
-	}
-	b.mu.Unlock()
-	for rec, ids := range containers {
+	entry, _ = b.store.Get(key)
+	for rec, ids := range entry.DeviceIDs {
 		_, resource, _ := strings.Cut(rec, "@")
 		resolve := b.resolve[resource]
 		if resolve == nil {
@@ -187,9 +172,30 @@ func (b *binder) keepServices(ctx context.Context, key string, entry *checkpoint
 	return kept, len(created)
 }
 
+// holdNamespace opens again, after a restart, the namespace a live pod's
+// services name, so that its inode cannot be reused while they live. The
+// pod's namespace is found anew and must be the recorded one: the inode
+// alone may have passed to another namespace while the agent was down.
+func (b *binder) holdNamespace(ctx context.Context, entry checkpoint.Pod) {
+	if entry.Netns == 0 || len(entry.Services) == 0 || b.ns.held(entry.Key()) != 0 {
+		return
+	}
+	h, err := b.netns.Open(ctx, entry.UID)
+	if err != nil {
+		// Doubt never destroys: the kubelet says the pod lives.
+		b.logger.Warn("network namespace of a live pod not found; its services stay, unheld", "pod", entry.Key(), "netns", entry.Netns, "err", err)
+		return
+	}
+	if h.Inode() != entry.Netns {
+		b.logger.Warn("a live pod's network namespace is not the one its services name; its next container start binds it anew",
+			"pod", entry.Key(), "netns", entry.Netns, "now", h.Inode())
+	}
+	b.ns.keepIfNamed(entry.Key(), h, b.store)
+}
+
 // recordedMember is the member a pod's services had: its netns, or the
 // fallback member when none was recorded.
-func (b *binder) recordedMember(entry *checkpoint.Pod) (cxi.Member, bool) {
+func (b *binder) recordedMember(entry checkpoint.Pod) (cxi.Member, bool) {
 	if entry.Netns != 0 {
 		return cxi.Member{Type: cxi.MemberNetNS, ID: entry.Netns}, true
 	}
@@ -201,18 +207,16 @@ func (b *binder) recordedMember(entry *checkpoint.Pod) (cxi.Member, bool) {
 
 // recognise finds the recorded pod a service was made for by a bind that
 // crashed before recording it: same VNI and the pod's netns as member.
-func (b *binder) recognise(svc cxi.Service) (string, *checkpoint.Pod) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for key, entry := range b.state.Pods {
+func (b *binder) recognise(svc cxi.Service) (string, checkpoint.Pod, bool) {
+	for _, entry := range b.store.Pods() {
 		if entry.Netns == 0 || !slices.Contains(svc.VNIs, entry.VNI) {
 			continue
 		}
 		if slices.ContainsFunc(svc.Members, func(m cxi.Member) bool { return m.Type == cxi.MemberNetNS && m.ID == entry.Netns }) {
-			return key, entry
+			return entry.Key(), entry, true
 		}
 	}
-	return "", nil
+	return "", checkpoint.Pod{}, false
 }
 
 func inRange(vnis []uint16, lo, hi uint16) bool {
