@@ -188,14 +188,15 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	return r
 }
 
-// services lists the non-default services of one simulated NIC.
+// services lists the services of one simulated NIC that are not the
+// driver's own (the default and the Ethernet service).
 func (r *rig) services(t testing.TB, nicName string) []cxi.Service {
 	t.Helper()
 	all, err := r.b.nics[nicName].drv.List(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.DeleteFunc(all, func(s cxi.Service) bool { return s.IsDefault() })
+	return slices.DeleteFunc(all, func(s cxi.Service) bool { return s.IsDefault() || s.System })
 }
 
 func (r *rig) envFile(t *testing.T, ids ...string) string {
