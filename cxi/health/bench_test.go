@@ -5,24 +5,6 @@ import (
 	"testing"
 )
 
-func BenchmarkDecodeHWErrorMessage(b *testing.B) {
-	msg := hwErrorMessage(b, 3, 0x2a8, 17)
-	for b.Loop() {
-		if _, err := decodeHWErrorMessage(msg); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkDecodeLinkMessage(b *testing.B) {
-	msg := linkMessage(b, rtmNewLink, 7, iffUp, "hsn0", 6)
-	for b.Loop() {
-		if _, _, err := decodeLinkMessage(msg); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkPollOneNIC measures one re-read of a NIC from a sysfs tree
 // (properties, operstate, speeds, counters) and the health verdict: the
 // work a tick or a link event costs per NIC.

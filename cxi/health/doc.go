@@ -9,8 +9,10 @@
 //     no notifications;
 //   - rtnetlink link messages (RTM_NEWLINK, RTM_DELLINK) for the hsn
 //     netdevs, which trigger an immediate re-read instead of busy polling;
-//   - ethtool (driver name and version through ETHTOOL_GDRVINFO, link mode
-//     and link state through the ethtool generic-netlink family);
+//     when the kernel drops some (an overrun), the monitor subscribes again
+//     and re-reads every NIC;
+//   - ethtool (driver name and version through ETHTOOL_GDRVINFO, speed and
+//     duplex through ETHTOOL_GSET, link state through ETHTOOL_GLINK);
 //   - hardware-error notifications the cxi_ss1 driver multicasts on its
 //     "cxierr" generic-netlink family (group "cxierr_mc_group").
 //

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -326,21 +325,18 @@ func (m *Monitor) startLinkSource(ctx context.Context, wg *sync.WaitGroup, watch
 		m.log.Info("no netdevs to watch, running without netlink link events")
 		return
 	}
-	open := m.cfg.Sources.openLink
-	if open == nil {
-		open = openLinkSubscription
+	subscribe := m.cfg.Sources.subscribeLinks
+	if subscribe == nil {
+		subscribe = subscribeLinks
 	}
-	sub, err := open()
+	src := &linkSource{log: m.log, subscribe: subscribe, watched: watched, out: out, overrun: m.Recheck}
+	sub, err := src.open()
 	if err != nil {
 		m.log.Warn("netlink link events unavailable, continuing without it", "err", err)
 		return
 	}
 	m.log.Info("netlink link events subscribed")
-	decode := func(msg netlink.Message) (linkUpdate, bool, error) {
-		u, ok, err := decodeLinkMessage(msg)
-		return u, ok && watched[u.Name], err
-	}
-	pump(ctx, wg, m.log, "netlink link events", sub, decode, out, m.Recheck)
+	wg.Go(func() { src.run(ctx, sub) })
 }
 
 // startHWErrorSource joins the cxierr group and forwards decoded hardware
@@ -359,11 +355,11 @@ func (m *Monitor) startHWErrorSource(ctx context.Context, wg *sync.WaitGroup, ou
 		return
 	}
 	m.log.Info("cxierr hardware error events subscribed")
-	decode := func(msg netlink.Message) (HWError, bool, error) {
+	decode := func(msg []byte) (HWError, bool, error) {
 		e, err := decodeHWErrorMessage(msg)
 		return e, err == nil, err
 	}
-	pump(ctx, wg, m.log, "cxierr hardware error events", sub, decode, out, func() {})
+	pump(ctx, wg, m.log, "cxierr hardware error events", sub, decode, out)
 }
 
 // openEthtool opens the ethtool querier, or returns nil when it is turned
@@ -377,23 +373,20 @@ func (m *Monitor) openEthtool(needed bool) ethtoolQuerier {
 		open = openEthtool
 	}
 	q, err := open()
-	switch {
-	case q == nil:
+	if err != nil {
 		m.log.Warn("ethtool unavailable, continuing without it", "err", err)
-	case err != nil:
-		m.log.Warn("ethtool partly unavailable, continuing without it", "err", err)
-	default:
-		m.log.Info("ethtool opened")
+		return nil
 	}
+	m.log.Info("ethtool opened")
 	return q
 }
 
 // pump runs two goroutines on wg: one receives from sub, decodes and
 // forwards to out; the other closes sub when ctx ends, which unblocks the
 // first. A receive error other than an overrun stops the source (logged);
-// an overrun calls overrun and goes on.
+// an overrun is logged and the source goes on.
 func pump[T any](ctx context.Context, wg *sync.WaitGroup, log *slog.Logger, name string, sub subscription,
-	decode func(netlink.Message) (T, bool, error), out chan<- T, overrun func()) {
+	decode func([]byte) (T, bool, error), out chan<- T) {
 	wg.Go(func() {
 		<-ctx.Done()
 		_ = sub.Close()
@@ -406,8 +399,7 @@ func pump[T any](ctx context.Context, wg *sync.WaitGroup, log *slog.Logger, name
 					return
 				}
 				if isOverrun(err) {
-					log.Warn(name+": kernel dropped notifications, re-reading", "err", err)
-					overrun()
+					log.Warn(name+": kernel dropped notifications", "err", err)
 					continue
 				}
 				log.Warn(name+" stopped, continuing without it", "err", err)

@@ -14,9 +14,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/mdlayher/genetlink"
-	"github.com/mdlayher/netlink"
 )
 
 // waitLimit bounds every wait in these tests; nothing here takes longer
@@ -83,17 +80,17 @@ func (tr *sysfsTree) target() Target {
 // fakeSub is a subscription the test feeds. Receive returns what is sent on
 // msgs or errs, and net.ErrClosed once Close was called.
 type fakeSub struct {
-	msgs   chan []netlink.Message
+	msgs   chan [][]byte
 	errs   chan error
 	closed chan struct{}
 	once   sync.Once
 }
 
 func newFakeSub() *fakeSub {
-	return &fakeSub{msgs: make(chan []netlink.Message), errs: make(chan error), closed: make(chan struct{})}
+	return &fakeSub{msgs: make(chan [][]byte), errs: make(chan error), closed: make(chan struct{})}
 }
 
-func (f *fakeSub) Receive() ([]netlink.Message, error) {
+func (f *fakeSub) Receive() ([][]byte, error) {
 	select {
 	case m := <-f.msgs:
 		return m, nil
@@ -114,7 +111,7 @@ func (f *fakeSub) opener() func() (subscription, error) {
 }
 
 // send hands messages to the monitor's pump, failing when nobody takes them.
-func (f *fakeSub) send(t testing.TB, msgs ...netlink.Message) {
+func (f *fakeSub) send(t testing.TB, msgs ...[]byte) {
 	t.Helper()
 	select {
 	case f.msgs <- msgs:
@@ -153,40 +150,148 @@ func (f *fakeEthtool) Close() error {
 	return nil
 }
 
-// hwErrorMessage marshals a cxierr notification the way the driver builds
-// one: CSR_FLG, BIT, then DEV_NUM.
-func hwErrorMessage(t testing.TB, dev, csr uint32, bit uint8) netlink.Message {
-	t.Helper()
-	ae := netlink.NewAttributeEncoder()
-	ae.Uint32(cxierrAttrCSRFlg, csr)
-	ae.Uint8(cxierrAttrBit, bit)
-	ae.Uint32(cxierrAttrDevNum, dev)
-	attrs, err := ae.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gm := genetlink.Message{Header: genetlink.Header{Command: cxierrCmdErrMsg, Version: 1}, Data: attrs}
-	b, err := gm.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return netlink.Message{Header: netlink.Header{Type: 0x20}, Data: b}
+// fakeLinks is a link subscriber the test feeds, with the library's
+// contract: a subscription passes on what is sent on updates, reports what
+// is sent on soft and goes on, reports what is sent on fatal and ends, and
+// ends when its done channel is closed. Each subscription's goroutine
+// ends with it.
+type fakeLinks struct {
+	updates chan linkUpdate
+	soft    chan error
+	fatal   chan error
+
+	mu    sync.Mutex // guards dones
+	dones []<-chan struct{}
 }
 
-// linkMessage marshals an RTM_NEWLINK (or RTM_DELLINK) message.
-func linkMessage(t testing.TB, typ netlink.HeaderType, index int32, flags uint32, name string, oper uint8) netlink.Message {
-	t.Helper()
-	hdr := make([]byte, ifInfoMsgLen)
-	binary.NativeEndian.PutUint32(hdr[4:8], uint32(index))
-	binary.NativeEndian.PutUint32(hdr[8:12], flags)
-	ae := netlink.NewAttributeEncoder()
-	ae.String(iflaIfName, name)
-	ae.Uint8(iflaOperState, oper)
-	attrs, err := ae.Encode()
-	if err != nil {
-		t.Fatal(err)
+func newFakeLinks() *fakeLinks {
+	return &fakeLinks{updates: make(chan linkUpdate), soft: make(chan error), fatal: make(chan error)}
+}
+
+func (f *fakeLinks) subscribe(done <-chan struct{}, onErr func(error)) (<-chan linkUpdate, error) {
+	f.mu.Lock()
+	f.dones = append(f.dones, done)
+	f.mu.Unlock()
+	out := make(chan linkUpdate)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case u := <-f.updates:
+				select {
+				case out <- u:
+				case <-done:
+					return
+				}
+			case err := <-f.soft:
+				onErr(err)
+			case err := <-f.fatal:
+				onErr(err)
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// subscriptions returns how many subscriptions were made.
+func (f *fakeLinks) subscriptions() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.dones)
+}
+
+// ended reports whether subscription i (from 0) has been ended.
+func (f *fakeLinks) ended(i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i >= len(f.dones) {
+		return false
 	}
-	return netlink.Message{Header: netlink.Header{Type: typ}, Data: append(hdr, attrs...)}
+	select {
+	case <-f.dones[i]:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitEnded waits until the monitor has ended subscription i (from 0).
+func (f *fakeLinks) waitEnded(t testing.TB, i int) {
+	t.Helper()
+	f.mu.Lock()
+	var done <-chan struct{}
+	if i < len(f.dones) {
+		done = f.dones[i]
+	}
+	f.mu.Unlock()
+	if done == nil {
+		t.Fatalf("no subscription %d", i)
+	}
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatalf("subscription %d not ended", i)
+	}
+}
+
+// send hands an update to the current subscription, failing when none
+// takes it.
+func (f *fakeLinks) send(t testing.TB, u linkUpdate) {
+	t.Helper()
+	sendWithin(t, f.updates, u, "an update")
+}
+
+// fail ends the current subscription with err, as a failed receive does.
+func (f *fakeLinks) fail(t testing.TB, err error) {
+	t.Helper()
+	sendWithin(t, f.fatal, err, "an error that ends it")
+}
+
+// warn reports err on the current subscription, which goes on.
+func (f *fakeLinks) warn(t testing.TB, err error) {
+	t.Helper()
+	sendWithin(t, f.soft, err, "an error")
+}
+
+func sendWithin[T any](t testing.TB, ch chan<- T, v T, what string) {
+	t.Helper()
+	select {
+	case ch <- v:
+	case <-time.After(waitLimit):
+		t.Fatalf("no link subscription took %s", what)
+	}
+}
+
+// nlAttr encodes one netlink attribute, padded as the kernel pads it.
+func nlAttr(typ uint16, value []byte) []byte {
+	b := binary.NativeEndian.AppendUint16(nil, uint16(4+len(value)))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, value...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func nlU32(typ uint16, v uint32) []byte { return nlAttr(typ, binary.NativeEndian.AppendUint32(nil, v)) }
+
+// genlPayload encodes a generic-netlink message's payload: the header
+// (command, version 1, reserved), then the attributes.
+func genlPayload(cmd uint8, attrs ...[]byte) []byte {
+	b := []byte{cmd, 1, 0, 0}
+	for _, a := range attrs {
+		b = append(b, a...)
+	}
+	return b
+}
+
+// hwErrorMessage encodes a cxierr notification's payload the way the
+// driver builds one: CSR_FLG, BIT, then DEV_NUM.
+func hwErrorMessage(dev, csr uint32, bit uint8) []byte {
+	return genlPayload(cxierrCmdErrMsg, nlU32(cxierrAttrCSRFlg, csr), nlAttr(cxierrAttrBit, []byte{bit}), nlU32(cxierrAttrDevNum, dev))
 }
 
 // nextEvent returns the next event, failing when none comes or the channel

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdlayher/netlink"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
@@ -123,46 +122,77 @@ func TestMonitorRecheck(t *testing.T) {
 func TestMonitorLinkEventTriggersReread(t *testing.T) {
 	checkGoroutines(t)
 	tr := newSysfsTree(t)
-	links := newFakeSub()
+	links := newFakeLinks()
 	log, logs := newLogger()
 	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time), Logger: log,
-		Sources: Sources{NoHWErrors: true, NoEthtool: true, openLink: links.opener()}})
+		Sources: Sources{NoHWErrors: true, NoEthtool: true, subscribeLinks: links.subscribe}})
 	stop := runMonitor(t, m)
 	nextEvent(t, m)
 
 	tr.set(operAttr, "down\n")
-	// A change of a netdev not watched, then a malformed message, must not
-	// trigger anything; then hsn0's change does.
-	links.send(t, linkMessage(t, rtmNewLink, 2, 0, "eth0", 2))
-	links.send(t, linkMessage(t, rtmNewLink, 2, 0, "", 2))
-	links.send(t, linkMessage(t, rtmNewLink, 5, 0, "hsn0", 2))
+	// A change of a netdev not watched, then an error the subscription goes
+	// on after (a message the library could not decode), must not trigger
+	// anything; then hsn0's change does.
+	links.send(t, linkUpdate{Index: 2, Name: "eth0", Oper: "down"})
+	links.warn(t, errFake)
+	links.send(t, linkUpdate{Index: 5, Name: "hsn0", Oper: "down"})
 	ev := nextEvent(t, m)
 	if ev.Healthy || ev.Reason != "netdev hsn0 down" {
 		t.Fatalf("event = %+v, want netdev hsn0 down", ev)
 	}
-	// An overrun (the kernel dropped notifications) re-reads everything.
+	// An overrun (the kernel dropped notifications) ends the subscription:
+	// the source subscribes again and re-reads everything.
 	tr.set(operAttr, "up\n")
 	links.fail(t, unix.ENOBUFS)
 	if ev := nextEvent(t, m); !ev.Healthy {
 		t.Fatalf("after overrun: %+v, want healthy", ev)
 	}
+	if n := links.subscriptions(); n != 2 {
+		t.Fatalf("%d subscriptions after an overrun, want 2", n)
+	}
+	tr.set(operAttr, "dormant\n")
+	links.send(t, linkUpdate{Index: 5, Name: "hsn0", Oper: "dormant"})
+	if ev := nextEvent(t, m); ev.Reason != "netdev hsn0 dormant" {
+		t.Fatalf("event on the new subscription = %+v, want netdev hsn0 dormant", ev)
+	}
 
-	// Any other receive error stops the source, not the monitor.
+	// Any other error ends the source, not the monitor.
 	links.fail(t, errFake)
-	tr.set(linkAttr, "0\n")
+	tr.set(operAttr, "up\n")
 	m.Recheck()
-	if ev := nextEvent(t, m); ev.Healthy {
-		t.Fatalf("after the source stopped: %+v, want unhealthy", ev)
+	if ev := nextEvent(t, m); !ev.Healthy {
+		t.Fatalf("after the source stopped: %+v, want healthy", ev)
 	}
 	// The source logs its end after it received the error; wait for that
 	// before stopping, or the stop may reach it first.
 	logs.waitFor(t, "netlink link events stopped, continuing without it")
 	stop()
-	if logs.count("ignoring a malformed message") != 1 {
-		t.Errorf("malformed message not logged:\n%s", logs)
+	if n := links.subscriptions(); n != 2 {
+		t.Errorf("%d subscriptions after a failure, want still 2", n)
 	}
 	if logs.count("netlink link events stopped, continuing without it") != 1 {
 		t.Errorf("stop of the source not logged:\n%s", logs)
+	}
+}
+
+// TestLinkSourceOverrunsAreBounded: overruns with no message between them
+// make the source subscribe again maxOverruns times, then stop.
+func TestLinkSourceOverrunsAreBounded(t *testing.T) {
+	checkGoroutines(t)
+	tr := newSysfsTree(t)
+	links := newFakeLinks()
+	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time),
+		Sources: Sources{NoHWErrors: true, NoEthtool: true, subscribeLinks: links.subscribe}})
+	stop := runMonitor(t, m)
+	nextEvent(t, m)
+	// Each fail needs a live subscription to take it.
+	for range maxOverruns + 1 {
+		links.fail(t, unix.ENOBUFS)
+	}
+	links.waitEnded(t, maxOverruns)
+	stop()
+	if n := links.subscriptions(); n != maxOverruns+1 {
+		t.Fatalf("%d subscriptions, want %d", n, maxOverruns+1)
 	}
 }
 
@@ -186,8 +216,8 @@ func TestMonitorHardwareErrors(t *testing.T) {
 
 	// An error on a NIC not watched, and a malformed message, are dropped;
 	// the next event is cxi0's.
-	hw.send(t, hwErrorMessage(t, 9, 0x10, 1), netlink.Message{Data: []byte{1}})
-	hw.send(t, hwErrorMessage(t, 0, 0x2a8, 17))
+	hw.send(t, hwErrorMessage(9, 0x10, 1), []byte{1})
+	hw.send(t, hwErrorMessage(0, 0x2a8, 17))
 	ev := nextEvent(t, m)
 	wantErr := HWError{Dev: 0, CSRFlag: 0x2a8, Bit: 17}
 	if ev.HWError == nil || *ev.HWError != wantErr || !ev.Healthy || ev.Status.HWErrors != 1 ||
@@ -200,12 +230,12 @@ func TestMonitorHardwareErrors(t *testing.T) {
 
 	// Two more within the window: the third is more than the limit of 2.
 	advance(10 * time.Second)
-	hw.send(t, hwErrorMessage(t, 0, 0x2a8, 17))
+	hw.send(t, hwErrorMessage(0, 0x2a8, 17))
 	if ev := nextEvent(t, m); !ev.Healthy || ev.Status.HWErrors != 2 {
 		t.Fatalf("second hardware error: %+v", ev)
 	}
 	advance(10 * time.Second)
-	hw.send(t, hwErrorMessage(t, 0, 0x2a8, 18))
+	hw.send(t, hwErrorMessage(0, 0x2a8, 18))
 	ev = nextEvent(t, m)
 	if ev.Healthy || !ev.Status.HWErrorBurst || ev.Status.HWErrors != 3 ||
 		!strings.HasSuffix(ev.Reason, "more than 2 hardware errors within 1m0s") {
@@ -287,8 +317,9 @@ func TestMonitorSourceFailuresDegrade(t *testing.T) {
 	tr := newSysfsTree(t)
 	log, logs := newLogger()
 	fail := func() (subscription, error) { return nil, errFake }
+	failLinks := func(<-chan struct{}, func(error)) (<-chan linkUpdate, error) { return nil, errFake }
 	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time), Logger: log,
-		Sources: Sources{openLink: fail, openHWErrors: fail,
+		Sources: Sources{subscribeLinks: failLinks, openHWErrors: fail,
 			openEthtool: func() (ethtoolQuerier, error) { return nil, errFake }}})
 	stop := runMonitor(t, m)
 	if ev := nextEvent(t, m); !ev.Healthy {
@@ -310,16 +341,16 @@ func TestRunStopsWithContextAndClosesEvents(t *testing.T) {
 	checkGoroutines(t)
 	tr := newSysfsTree(t)
 	hw := newFakeSub()
-	links := newFakeSub()
+	links := newFakeLinks()
 	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time),
-		Sources: Sources{NoEthtool: true, openLink: links.opener(), openHWErrors: hw.opener()}})
+		Sources: Sources{NoEthtool: true, subscribeLinks: links.subscribe, openHWErrors: hw.opener()}})
 	stop := runMonitor(t, m)
 	nextEvent(t, m)
 	// Nobody reads events now: hardware errors fill the buffer until the
 	// loop blocks on sending and the pump blocks behind it. Cancel must
 	// still stop everything.
 	for range cap(m.events) + 2 {
-		hw.send(t, hwErrorMessage(t, 0, 1, 1))
+		hw.send(t, hwErrorMessage(0, 1, 1))
 	}
 	stop()
 	select {
@@ -327,9 +358,7 @@ func TestRunStopsWithContextAndClosesEvents(t *testing.T) {
 	default:
 		t.Error("hardware-error subscription not closed")
 	}
-	select {
-	case <-links.closed:
-	default:
+	if !links.ended(0) {
 		t.Error("link subscription not closed")
 	}
 	if _, ok := <-m.Events(); ok {

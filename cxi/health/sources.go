@@ -1,7 +1,5 @@
 package health
 
-import "github.com/mdlayher/netlink"
-
 // Sources chooses the event sources of a [Monitor] besides sysfs, which is
 // always read. The zero value uses the real ones.
 type Sources struct {
@@ -14,16 +12,26 @@ type Sources struct {
 	NoEthtool bool
 
 	// Replacements for the real sources, for this package's tests.
-	openLink     func() (subscription, error)
-	openHWErrors func() (subscription, error)
-	openEthtool  func() (ethtoolQuerier, error)
+	subscribeLinks linkSubscriber
+	openHWErrors   func() (subscription, error)
+	openEthtool    func() (ethtoolQuerier, error)
 }
 
-// subscription is a netlink socket joined to a multicast group. Receive
-// blocks until messages arrive; Close unblocks a pending Receive, which then
-// returns an error.
+// linkSubscriber subscribes to the kernel's link messages. It returns the
+// updates of one subscription; the channel is closed when the subscription
+// ends, which it does when done is closed or when receiving fails. Every
+// error the subscription meets goes to onErr, the one that ended it last,
+// before the channel is closed. A caller must close done in every case and
+// then drain the channel until it is closed, so that nothing is left
+// running.
+type linkSubscriber func(done <-chan struct{}, onErr func(error)) (<-chan linkUpdate, error)
+
+// subscription is a generic-netlink socket joined to a multicast group.
+// Receive blocks until messages arrive and returns the payloads (generic
+// netlink header and attributes) of those the kernel sent for the joined
+// family; Close unblocks a pending Receive, which then returns an error.
 type subscription interface {
-	Receive() ([]netlink.Message, error)
+	Receive() ([][]byte, error)
 	Close() error
 }
 

@@ -7,22 +7,17 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"strings"
 
-	"github.com/mdlayher/ethtool"
-	"github.com/mdlayher/genetlink"
-	"github.com/mdlayher/netlink"
+	"github.com/safchain/ethtool"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
-// openLinkSubscription opens an rtnetlink socket joined to RTMGRP_LINK in
-// the calling thread's network namespace.
-func openLinkSubscription() (subscription, error) {
-	c, err := netlink.Dial(unix.NETLINK_ROUTE, &netlink.Config{Groups: rtmgrpLink})
-	if err != nil {
-		return nil, fmt.Errorf("dial rtnetlink: %w", err)
-	}
-	return c, nil
-}
+// subscribeLinks subscribes to the link messages of the calling thread's
+// network namespace.
+var subscribeLinks = subscribeLinksAt(nil)
 
 // openHWErrorSubscription joins the driver's cxierr multicast group. It
 // returns an error wrapping [fs.ErrNotExist] when the family or its group
@@ -33,142 +28,143 @@ func openHWErrorSubscription() (subscription, error) {
 
 // genlSubscription passes on the messages of one generic-netlink family.
 type genlSubscription struct {
-	c      *netlink.Conn
+	s      *nl.NetlinkSocket
 	family uint16
 }
 
 // openGenlSubscription resolves a generic-netlink family by name and joins
 // one of its multicast groups.
 func openGenlSubscription(family, group string) (subscription, error) {
-	c, err := netlink.Dial(unix.NETLINK_GENERIC, nil)
+	f, err := netlink.GenlFamilyGet(family)
 	if err != nil {
-		return nil, fmt.Errorf("dial generic netlink: %w", err)
-	}
-	gc := genetlink.NewConn(c)
-	f, err := gc.GetFamily(family)
-	if err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("resolve family %q: %w", family, err)
+		return nil, fmt.Errorf("resolve generic netlink family %q: %w", family, err)
 	}
 	for _, g := range f.Groups {
 		if g.Name != group {
 			continue
 		}
-		if err := gc.JoinGroup(g.ID); err != nil {
-			_ = c.Close()
+		s, err := nl.Subscribe(unix.NETLINK_GENERIC)
+		if err != nil {
+			return nil, fmt.Errorf("open generic netlink socket: %w", err)
+		}
+		if err := joinGroup(s, g.ID); err != nil {
+			s.Close()
 			return nil, fmt.Errorf("join %s/%s: %w", family, group, err)
 		}
-		return &genlSubscription{c: c, family: f.ID}, nil
+		return &genlSubscription{s: s, family: f.ID}, nil
 	}
-	_ = c.Close()
 	return nil, fmt.Errorf("family %q has no group %q: %w", family, group, fs.ErrNotExist)
 }
 
-func (s *genlSubscription) Receive() ([]netlink.Message, error) {
-	msgs, err := s.c.Receive()
+// joinGroup joins the multicast group with the given number.
+// nl.Subscribe joins groups through bind's 32-bit group mask, which holds
+// groups 1 to 32 only and drops the others without an error; generic
+// netlink numbers its groups as families register, past 32 on a kernel
+// with many (TestSubscribeJoinsNoGroupPast32). NETLINK_ADD_MEMBERSHIP
+// takes any number.
+func joinGroup(s *nl.NetlinkSocket, group uint32) error {
+	return unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, int(group))
+}
+
+func (s *genlSubscription) Receive() ([][]byte, error) {
+	msgs, from, err := s.s.Receive()
 	if err != nil {
 		return nil, err
 	}
-	// Only the joined family's notifications are wanted; anything else
-	// (there should be nothing) is dropped here rather than misdecoded.
-	kept := msgs[:0]
+	// Only the kernel's notifications of the joined family are wanted;
+	// anything else (there should be nothing) is dropped here rather than
+	// misdecoded.
+	if from.Pid != nl.PidKernel {
+		return nil, nil
+	}
+	var kept [][]byte
 	for _, m := range msgs {
-		if uint16(m.Header.Type) == s.family {
-			kept = append(kept, m)
+		if m.Header.Type == s.family {
+			kept = append(kept, m.Data)
 		}
 	}
 	return kept, nil
 }
 
-func (s *genlSubscription) Close() error { return s.c.Close() }
-
-// isOverrun reports whether a receive error means the kernel dropped
-// notifications because the socket buffer was full: the subscription is
-// still good, but changes may have been missed.
-func isOverrun(err error) bool { return errors.Is(err, unix.ENOBUFS) }
-
-// ethtoolClient queries ethtool through its generic-netlink family (link
-// mode and state) and the ETHTOOL_GDRVINFO ioctl (driver information, which
-// the netlink interface does not carry).
-type ethtoolClient struct {
-	nl *ethtool.Client // nil when the ethtool family is missing
-	fd int             // socket for the ioctl; -1 when none could be made
+func (s *genlSubscription) Close() error {
+	s.s.Close()
+	return nil
 }
 
-// openEthtool returns a querier if either way to reach ethtool works. A
-// non-nil querier with a non-nil error means one of the two is missing.
+// isOverrun reports whether a receive error means the kernel dropped
+// notifications because the socket buffer was full: changes may have been
+// missed. The link subscription's library reports receive errors as text
+// ("Receive failed: %v"), so the errno's own text is matched there
+// (TestLinkSubscriptionReportsOverrunAsText).
+func isOverrun(err error) bool {
+	return errors.Is(err, unix.ENOBUFS) || (err != nil && strings.HasSuffix(err.Error(), ": "+unix.ENOBUFS.Error()))
+}
+
+// ethtoolClient queries ethtool through its ioctl: ETHTOOL_GDRVINFO for
+// the driver, ETHTOOL_GSET for speed and duplex, ETHTOOL_GLINK for the link
+// state.
+type ethtoolClient struct {
+	e *ethtool.Ethtool
+}
+
+// openEthtool opens the socket the ethtool ioctl goes through.
 func openEthtool() (ethtoolQuerier, error) {
-	nl, nlErr := ethtool.New()
-	if nlErr != nil {
-		nlErr = fmt.Errorf("ethtool netlink: %w", nlErr)
+	e, err := ethtool.NewEthtool()
+	if err != nil {
+		return nil, fmt.Errorf("ethtool ioctl socket: %w", err)
 	}
-	fd, fdErr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if fdErr != nil {
-		fd = -1
-		fdErr = fmt.Errorf("ethtool ioctl socket: %w", fdErr)
-	}
-	if nl == nil && fd < 0 {
-		return nil, errors.Join(nlErr, fdErr)
-	}
-	return &ethtoolClient{nl: nl, fd: fd}, errors.Join(nlErr, fdErr)
+	return &ethtoolClient{e: e}, nil
 }
 
 func (c *ethtoolClient) Query(ifname string) (EthtoolInfo, error) {
 	var info EthtoolInfo
 	var errs []error
-	if c.fd >= 0 {
-		di, err := unix.IoctlGetEthtoolDrvinfo(c.fd, ifname)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("driver info: %w", err))
-		} else {
-			info.Driver = unix.ByteSliceToString(di.Driver[:])
-			info.DriverVersion = unix.ByteSliceToString(di.Version[:])
-			info.FirmwareVersion = unix.ByteSliceToString(di.Fw_version[:])
-			info.BusInfo = unix.ByteSliceToString(di.Bus_info[:])
-		}
+	if di, err := c.e.DriverInfo(ifname); err != nil {
+		errs = append(errs, fmt.Errorf("driver info: %w", err))
+	} else {
+		info.Driver, info.DriverVersion = di.Driver, di.Version
+		info.FirmwareVersion, info.BusInfo = di.FwVersion, di.BusInfo
 	}
-	if c.nl != nil {
-		ifi := ethtool.Interface{Name: ifname}
-		if lm, err := c.nl.LinkMode(ifi); err != nil {
-			errs = append(errs, fmt.Errorf("link mode: %w", err))
-		} else {
-			info.SpeedMbps = ethtoolSpeed(lm.SpeedMegabits)
-			info.Duplex = ethtoolDuplex(lm.Duplex)
-		}
-		if ls, err := c.nl.LinkState(ifi); err != nil {
-			errs = append(errs, fmt.Errorf("link state: %w", err))
-		} else {
-			info.LinkDetected = ls.Link
-		}
+	// ETHTOOL_GSET rather than the library's GetLinkSettings: that one
+	// sizes its link-mode masks for fewer words than newer kernels have, and
+	// then prints a warning on the process's standard output at every call
+	// before it falls back to ETHTOOL_GSET itself
+	// (TestGetLinkSettingsWritesToStdout).
+	var cmd ethtool.EthtoolCmd
+	if speed, err := c.e.CmdGet(&cmd, ifname); err != nil {
+		errs = append(errs, fmt.Errorf("link settings: %w", err))
+	} else {
+		info.SpeedMbps = ethtoolSpeed(speed)
+		info.Duplex = ethtoolDuplex(cmd.Duplex)
+	}
+	if up, err := c.e.LinkState(ifname); err != nil {
+		errs = append(errs, fmt.Errorf("link state: %w", err))
+	} else {
+		info.LinkDetected = up != 0
 	}
 	return info, errors.Join(errs...)
 }
 
 func (c *ethtoolClient) Close() error {
-	var errs []error
-	if c.nl != nil {
-		errs = append(errs, c.nl.Close())
-	}
-	if c.fd >= 0 {
-		errs = append(errs, unix.Close(c.fd))
-	}
-	return errors.Join(errs...)
+	c.e.Close()
+	return nil
 }
 
 // ethtoolSpeed maps ethtool's speed, where SPEED_UNKNOWN is all ones, to Mb/s
 // with 0 for unknown.
-func ethtoolSpeed(v int) int {
-	if v <= 0 || v > math.MaxInt32 {
+func ethtoolSpeed(v uint32) int {
+	if v == 0 || v > math.MaxInt32 {
 		return 0
 	}
-	return v
+	return int(v)
 }
 
-func ethtoolDuplex(d ethtool.Duplex) string {
+// ethtoolDuplex names DUPLEX_HALF and DUPLEX_FULL; DUPLEX_UNKNOWN is "".
+func ethtoolDuplex(d uint8) string {
 	switch d {
-	case ethtool.Full:
+	case ethtool.DUPLEX_FULL:
 		return "full"
-	case ethtool.Half:
+	case ethtool.DUPLEX_HALF:
 		return "half"
 	}
 	return ""
