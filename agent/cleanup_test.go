@@ -81,7 +81,7 @@ func (r *rig) kept(t *testing.T, step string, cxi0, cxi1 []uint32) {
 // goes is cleaned up once the kubelet, nudged, has rewritten its
 // checkpoint without it. (On the old rule, "absent from one List", the
 // first poll after the restart destroyed both pods' services.)
-func TestKubeletRestartKeepsRunningPods(t *testing.T) {
+func TestItem3KubeletRestartKeepsRunningPods(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, netAB)
 	k := newFakeKubelet(t)
 	w := r.useWatcher(k, nil)
@@ -123,7 +123,7 @@ func TestKubeletRestartKeepsRunningPods(t *testing.T) {
 }
 
 // A failed List and an unreadable checkpoint prove nothing.
-func TestFailedReadsDestroyNothing(t *testing.T) {
+func TestItem3FailedReadsDestroyNothing(t *testing.T) {
 	tests := []struct {
 		name string
 		// after pods a and b are bound and have left the kubelet
@@ -175,7 +175,7 @@ func TestFailedReadsDestroyNothing(t *testing.T) {
 // hold: with an empty List (a kubelet restarting at the same time) while
 // its checkpoint names the pods, with a failed List, with an unreadable
 // checkpoint. Pods neither names are cleaned up.
-func TestReconcileKeepsPodsTheKubeletHolds(t *testing.T) {
+func TestItem3ReconcileKeepsPodsTheKubeletHolds(t *testing.T) {
 	tests := []struct {
 		name      string
 		kubelet   func(t *testing.T, k *fakeKubelet)
@@ -232,7 +232,7 @@ func TestReconcileKeepsPodsTheKubeletHolds(t *testing.T) {
 // (The old cleanup removed them: the next pod's container found an empty
 // directory, a restart of it no CDI spec, and a PreStart racing the
 // cleanup failed to rename its env file.)
-func TestCleanupLeavesTheNextHoldersFiles(t *testing.T) {
+func TestItem4CleanupLeavesTheNextHoldersFiles(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
 	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {

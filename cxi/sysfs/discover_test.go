@@ -561,11 +561,11 @@ func BenchmarkReadLinkState(b *testing.B) {
 	}
 }
 
-// TestDiscoverCassini1VFsByBAR0Size discovers a Cassini-1 node with VFs.
+// TestItem11DiscoverCassini1VFsByBAR0Size (issue 15, item 11) discovers a Cassini-1 node with VFs.
 // Cassini-1 VFs have the PF's PCI IDs, so, as the driver's probe does,
 // discovery tells them apart by BAR 0: below 2 GiB (MMIO_BAR_LEN_PF) is a
 // VF. The cases rewrite cxi2's resource file (a VF of cxi0) or cxi0's.
-func TestDiscoverCassini1VFsByBAR0Size(t *testing.T) {
+func TestItem11DiscoverCassini1VFsByBAR0Size(t *testing.T) {
 	truth := writeTree(t, mocksysfs.Spec{NICs: 2, NUMANodes: 1, Generation: mocksysfs.Cassini1, VFsPerNIC: 2, Seed: 11})
 	base := loadMapFS(t, truth.SysRoot)
 	resource := func(i int) string { return truth.NICs[i].PCIPath + "/resource" }

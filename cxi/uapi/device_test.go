@@ -210,13 +210,13 @@ func TestOpenWritesToTheFile(t *testing.T) {
 	}
 }
 
-// TestWriteLengthIsTheCSizeNotPadded guards the length of each write(2):
+// TestItem14WriteLengthIsTheCSizeNotPadded (issue 15, item 14) guards the length of each write(2):
 // libcxi writes every command as write(fd, &cmd, sizeof(cmd)) (src/libcxi.c
 // device_write), with no padding to 16 bytes or any other multiple, and the
 // driver refuses any other length with EINVAL (cxi_user_core.c dispatch:
 // cmd_in_len != req_size). So SVC_DESTROY is 8 bytes and SVC_SET_NETNS 12,
 // and each write matches gcc's image of the struct, pointers aside.
-func TestWriteLengthIsTheCSizeNotPadded(t *testing.T) {
+func TestItem14WriteLengthIsTheCSizeNotPadded(t *testing.T) {
 	golden := loadGolden(t)
 	tests := []struct {
 		name string
