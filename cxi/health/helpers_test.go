@@ -352,44 +352,17 @@ func runMonitor(t testing.TB, m *Monitor) (stop func() []Event) {
 	return stop
 }
 
-// logBuffer is a slog handler target that tests can search.
+// logBuffer is a slog handler target that tests can search once the
+// monitor has stopped.
 type logBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	written chan struct{} // closed and replaced on every write
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.written != nil {
-		close(l.written)
-		l.written = nil
-	}
 	return l.buf.Write(p)
-}
-
-// waitFor waits until the log holds sub, failing the test after waitLimit.
-func (l *logBuffer) waitFor(t testing.TB, sub string) {
-	t.Helper()
-	deadline := time.After(waitLimit)
-	for {
-		l.mu.Lock()
-		if strings.Contains(l.buf.String(), sub) {
-			l.mu.Unlock()
-			return
-		}
-		if l.written == nil {
-			l.written = make(chan struct{})
-		}
-		ch := l.written
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("log never said %q:\n%s", sub, l.String())
-		}
-	}
 }
 
 func (l *logBuffer) String() string {

@@ -66,21 +66,25 @@ func (sub *linkSub) end() {
 	}
 }
 
-// run forwards updates until ctx ends or the source stops.
+// run forwards updates until ctx ends or the source stops. A subscription
+// is ended only once its successor, if any, is open: no change falls
+// between the two, and whoever sees it ended knows what came after.
 func (s *linkSource) run(ctx context.Context, sub *linkSub) {
 	overruns := 0
 	for {
 		received := s.forward(ctx, sub)
-		sub.end()
 		if ctx.Err() != nil {
+			sub.end()
 			return
 		}
+		// The channel is closed: the error that ended it was reported.
 		err := sub.lastErr()
 		if received {
 			overruns = 0
 		}
 		if !isOverrun(err) || overruns >= maxOverruns {
 			s.log.Warn("netlink link events stopped, continuing without it", "err", err)
+			sub.end()
 			return
 		}
 		overruns++
@@ -88,6 +92,7 @@ func (s *linkSource) run(ctx context.Context, sub *linkSub) {
 		// Subscribe before the re-read, so that a change after the re-read
 		// has begun is not missed.
 		next, err := s.open()
+		sub.end()
 		s.overrun()
 		if err != nil {
 			s.log.Warn("netlink link events stopped, continuing without it", "err", err)

@@ -163,15 +163,15 @@ func TestMonitorLinkEventTriggersReread(t *testing.T) {
 	if ev := nextEvent(t, m); !ev.Healthy {
 		t.Fatalf("after the source stopped: %+v, want healthy", ev)
 	}
-	// The source logs its end after it received the error; wait for that
-	// before stopping, or the stop may reach it first.
-	logs.waitFor(t, "netlink link events stopped, continuing without it")
-	stop()
+	// The source ends a subscription only after it has opened the next one,
+	// if any: once the failed one is ended, there is no third.
+	links.waitEnded(t, 1)
 	if n := links.subscriptions(); n != 2 {
 		t.Errorf("%d subscriptions after a failure, want still 2", n)
 	}
+	stop()
 	if logs.count("netlink link events stopped, continuing without it") != 1 {
-		t.Errorf("stop of the source not logged:\n%s", logs)
+		t.Errorf("stop of the source not logged once:\n%s", logs)
 	}
 }
 
@@ -183,14 +183,15 @@ func TestLinkSourceOverrunsAreBounded(t *testing.T) {
 	links := newFakeLinks()
 	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time),
 		Sources: Sources{NoHWErrors: true, NoEthtool: true, subscribeLinks: links.subscribe}})
-	stop := runMonitor(t, m)
+	runMonitor(t, m)
 	nextEvent(t, m)
 	// Each fail needs a live subscription to take it.
 	for range maxOverruns + 1 {
 		links.fail(t, unix.ENOBUFS)
 	}
+	// The source ends a subscription only after it has opened the next
+	// one, if any: once the last is ended, the count is final.
 	links.waitEnded(t, maxOverruns)
-	stop()
 	if n := links.subscriptions(); n != maxOverruns+1 {
 		t.Fatalf("%d subscriptions, want %d", n, maxOverruns+1)
 	}
