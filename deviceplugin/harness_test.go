@@ -30,17 +30,16 @@ func testDevices() []Device {
 	}
 }
 
-// logRecorder is a slog.Handler that passes every message to the test, so
-// a test can wait for the server to log something instead of sleeping.
+// logRecorder is a slog.Handler that passes the server's log lines to the
+// test's log when it runs verbose.
 type logRecorder struct {
 	tb   testing.TB
-	msgs chan string
 	mu   sync.Mutex
 	done bool
 }
 
 func newLogRecorder(tb testing.TB) *logRecorder {
-	l := &logRecorder{tb: tb, msgs: make(chan string, 4096)}
+	l := &logRecorder{tb: tb}
 	tb.Cleanup(func() {
 		l.mu.Lock()
 		l.done = true
@@ -65,29 +64,28 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 		l.tb.Logf("%s %s", r.Level, b.String())
 	}
 	l.mu.Unlock()
-	select {
-	case l.msgs <- r.Message:
-	default:
-	}
 	return nil
 }
 
-// wait returns once the server has logged a message containing substr,
-// skipping the messages before it.
-func (l *logRecorder) wait(tb testing.TB, substr string) {
+// waitUntil polls cond until it holds, failing the test after waitTimeout.
+// The server shows these states in its Status and metrics but sends no
+// notice of them, so the test polls.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	deadline := time.After(waitTimeout)
-	for {
+	for !cond() {
 		select {
-		case m := <-l.msgs:
-			if strings.Contains(m, substr) {
-				return
-			}
+		case <-tick.C:
 		case <-deadline:
-			tb.Fatalf("timed out waiting for log %q", substr)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
+
+// registered reports whether the server's status says it is registered.
+func (h *harness) registered() bool { return h.srv.Status().Registered }
 
 // shortTempDir returns a new directory removed when the test ends. Its
 // path is short: t.TempDir embeds the test name, and unix socket paths
@@ -196,7 +194,7 @@ func (h *harness) startAndRegister() registration {
 	h.kubelet.start(h.t, true)
 	h.run()
 	reg := recv(h.t, h.kubelet.registered, "first Register")
-	h.logs.wait(h.t, "registered with kubelet")
+	waitUntil(h.t, "the server to see its registration succeed", h.registered)
 	return reg
 }
 

@@ -251,7 +251,8 @@ func TestKubeletAbsentRetriesBoundedThenRegistersWhenItAppears(t *testing.T) {
 			}}
 	})
 	h.run()
-	h.logs.wait(t, "registration with kubelet failed")
+	// Only a finished registration that failed sets LastError here.
+	waitUntil(t, "the registration to fail", func() bool { return h.srv.Status().LastError != nil })
 	if n := testutil.ToFloat64(h.srv.registerFailed); n != 4 {
 		t.Errorf("registrations{failure} = %v, want 4", n)
 	}
@@ -265,7 +266,7 @@ func TestKubeletAbsentRetriesBoundedThenRegistersWhenItAppears(t *testing.T) {
 	h.kubelet.start(t, false)
 	reg := recv(t, h.kubelet.registered, "Register once the kubelet is up")
 	t.Logf("kubelet.sock created → Register received in %v", reg.at.Sub(h.kubelet.lastListenAt()))
-	h.logs.wait(t, "registered with kubelet")
+	waitUntil(t, "the server to see its registration succeed", h.registered)
 	if n := testutil.ToFloat64(h.srv.registeredOK); n != 1 {
 		t.Errorf("registrations{success} = %v, want 1", n)
 	}
@@ -279,7 +280,8 @@ func TestKubeletAppearingCutsBackoffWaitShort(t *testing.T) {
 		c.Backoff = backoff.Policy{Initial: time.Hour, Attempts: 5}
 	})
 	h.run()
-	h.logs.wait(t, "registering with kubelet failed")
+	// The first attempt has failed: the server is in its hour-long wait.
+	waitUntil(t, "a failed attempt", func() bool { return testutil.ToFloat64(h.srv.registerFailed) >= 1 })
 	h.kubelet.start(t, false)
 	reg := recv(t, h.kubelet.registered, "Register once the kubelet is up")
 	latency := reg.at.Sub(h.kubelet.lastListenAt())
@@ -331,8 +333,11 @@ func TestPluginDirMovedIsCreatedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(moved) })
-	h.logs.wait(t, "plugin dir removed")
-	h.logs.wait(t, "serving device plugin")
+	// Only the server makes the directory again, and its socket in it.
+	waitUntil(t, "the server to serve in a new plugin dir", func() bool {
+		_, err := os.Stat(filepath.Join(h.dir, testEndpoint))
+		return err == nil && h.srv.Status().Serving
+	})
 	h.kubelet.start(t, false)
 	recv(t, h.kubelet.registered, "Register in the new directory")
 	if _, err := os.Stat(filepath.Join(h.dir, testEndpoint)); err != nil {
