@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -16,13 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/slingshot-k8s/slingshot/agent/cdispec"
-	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
@@ -31,8 +26,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
-	"github.com/slingshot-k8s/slingshot/gpu"
-	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
 
 // CheckpointName is the agent's checkpoint file in the state directory.
@@ -40,295 +33,16 @@ const CheckpointName = "checkpoint.json"
 
 // Run runs the agent until ctx ends. It returns an error when it cannot
 // start (bad configuration, unreadable checkpoint, driver unreachable) or
-// when a part it cannot do without fails.
+// when a part it cannot do without fails. Everything is built, and every
+// error of building reported, before anything runs.
 func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cfg, err := config.Load(opts.Config)
+	a, err := build(ctx, opts, logger)
 	if err != nil {
+		a.close()
 		return err
 	}
-	managedLo, managedHi, err := ParseVNIRange(opts.ManagedVNIs)
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newMetrics(time.Now)
-	if err := m.register(reg); err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-
-	disc, err := sysfs.Discover(os.DirFS(opts.SysfsRoot))
-	if err != nil {
-		return fmt.Errorf("discover NICs under %s: %w", opts.SysfsRoot, err)
-	}
-	for _, p := range disc.Problems {
-		logger.Warn("discovery problem", "err", p)
-	}
-	allocDir := filepath.Join(opts.StateDir, "containers")
-	if err := os.MkdirAll(allocDir, 0o755); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			_ = c.Close()
-		}
-	}()
-	finder, criConn, err := newNetnsFinder(ctx, opts, logger)
-	if err != nil {
-		return err
-	}
-	if criConn != nil {
-		closers = append(closers, criConn)
-	}
-
-	b := &binder{
-		node:     opts.NodeName,
-		resource: cfg.NICResource.Name,
-		logger:   logger.With("component", "binder"),
-		nics:     map[string]*nic{},
-		devNIC:   map[string]string{},
-		resolve:  map[string]func([]string) ([]*nic, error){},
-		netns:    handles{finder},
-		allocDir: allocDir,
-		metrics:  m,
-		now:      time.Now,
-	}
-	b.setPolicy(policyFrom(cfg))
-
-	var served []sysfs.NIC
-	for _, n := range disc.NICs {
-		if n.VF {
-			logger.Info("skipping virtual function: services are made on the physical function", "nic", n.Name)
-			continue
-		}
-		dev, closer, err := openDevice(opts.CXIDriver, opts.DevRoot, opts.StateDir, n)
-		if err != nil {
-			logger.Error("NIC unusable", "nic", n.Name, "err", err)
-			continue
-		}
-		closers = append(closers, closer)
-		retry := backoff.Policy{
-			Initial: cfg.Cleanup.BusyInterval.Duration, Max: 5 * time.Second, Factor: 2, Jitter: 0.2,
-			Attempts: cfg.Cleanup.BusyRetries,
-		}
-		client := cxi.NewClient(countingDevice{Device: dev, busy: m.busyRetries.WithLabelValues(n.Name)},
-			cxi.WithDestroyRetry(retry), cxi.WithLogger(logger.With("nic", n.Name)),
-			cxi.WithDeviceMaxima(n.Properties.Max)) // the NIC's own limits, not the Cassini defaults
-		b.nics[n.Name] = &nic{name: n.Name, index: n.Index, devPath: filepath.Join(opts.DevRoot, n.Name), drv: client}
-		for s := range cfg.NICResource.SharesPerNIC {
-			b.devNIC[nicDeviceID(n, s, cfg.NICResource.SharesPerNIC)] = n.Name
-		}
-		served = append(served, n)
-	}
-	if len(served) == 0 {
-		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
-	}
-
-	if cfg.CDIEnabled() {
-		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name)
-		if err != nil {
-			return err
-		}
-		b.cdi = w
-	}
-
-	inv := newInventory(served, cfg.NICResource.SharesPerNIC)
-	for _, n := range served {
-		m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
-	}
-	var units *unitResource
-	if len(cfg.GPU.MachineTypes) > 0 {
-		var notes []string
-		units, notes, err = newUnitResource(b, cfg, opts.NodeName, os.DirFS(opts.SysfsRoot), os.DirFS(opts.ProcRoot),
-			os.DirFS(opts.DevRoot), opts.DevRoot, served, inv)
-		for _, note := range notes {
-			logger.Info("GPU machine types", "note", note)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if units != nil {
-		inv.unitNICs = map[string]bool{}
-		for _, u := range units.carving.Units {
-			for _, n := range u.NICs {
-				inv.unitNICs[n.Name] = true
-			}
-		}
-		for id, name := range b.devNIC {
-			if inv.unitNICs[name] {
-				delete(b.devNIC, id) // the NIC resource does not offer unit NICs
-			}
-		}
-		b.resolve[units.name] = units.resolve
-		logger.Info("GPU machine type", "resource", units.name, "units", len(units.carving.Units), "mode", units.mode,
-			"excluded_gpus", len(units.carving.Excluded), "nic_resource_nics", len(served)-len(inv.unitNICs))
-	}
-	resources := []string{cfg.NICResource.Name}
-	if units != nil {
-		resources = append(resources, units.name)
-	}
-	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
-	res := &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: inv.topology()}
-	b.resolve[res.name] = b.nicsOf
-	server, unitServer, err := newPluginServers(pluginDir, res, units, logger, reg)
-	if err != nil {
-		return err
-	}
-	servers := []*deviceplugin.Server{server}
-	if unitServer != nil {
-		servers = append(servers, unitServer)
-	}
-	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
-	if err != nil {
-		return err
-	}
-	closers = append(closers, conn)
-	for _, r := range resources {
-		m.kubeletNudges.WithLabelValues(r) // exported at 0 from the start
-	}
-	watcher := podwatch.New(podwatch.Config{
-		Lister:       lister,
-		Resources:    resources,
-		PluginDir:    pluginDir,
-		PollInterval: cfg.PodResources.PollInterval.Duration,
-		Nudge:        m.countNudges(nudgeKubelet(servers)),
-		OnList:       m.observeList,
-		Logger:       logger.With("component", "podwatch"),
-	})
-	b.pods = watcher
-
-	store, err := checkpoint.Open(filepath.Join(opts.StateDir, CheckpointName), opts.NodeName)
-	if err != nil {
-		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
-	}
-	b.useStore(store)
-
-	client, err := newLeaser(ctx, opts, b.inUseVNIs, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer client.Close() // after every goroutine below has returned
-	client.RestorePodVNIs(localVNIs(store.Snapshot()))
-	b.leaser = timedLeaser{vniLeaser: client, m: m}
-
-	g, gctx := errgroup.WithContext(ctx)
-	// fail stops what was started before a start-up step failed.
-	fail := func(err error) error {
-		cancel()
-		return errors.Join(err, g.Wait())
-	}
-	g.Go(func() error { return client.Run(gctx) })
-	rep, err := b.Reconcile(gctx, reconcileOptions{cleanManaged: opts.CleanManaged, managedLo: managedLo, managedHi: managedHi})
-	if err != nil {
-		return fail(fmt.Errorf("start-up reconcile: %w", err))
-	}
-	logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
-		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
-	reg.MustRegister(newStateCollector(b))
-	if units != nil {
-		reg.MustRegister(newUnitCollector(units, func() map[string]bool { return heldIDs(watcher.Latest(), units.name) }))
-	}
-
-	server.Update(inv.devices())
-	if unitServer != nil {
-		unitServer.Update(units.devices())
-	}
-
-	mon := health.New(health.Config{
-		Targets:      inv.healthTargets(opts.SysfsRoot),
-		Logger:       logger.With("component", "health"),
-		PollInterval: cfg.Health.PollInterval.Duration,
-		Registerer:   reg,
-	})
-
-	var ready atomic.Bool
-	report := func(ctx context.Context) *inspect.Report {
-		r := b.report(ctx, inv, ready.Load(), watcher)
-		if units != nil {
-			r.Units = units.report(heldIDs(watcher.Latest(), units.name))
-		}
-		return r
-	}
-	httpSrv, lis, err := serveHTTP(opts.MetricsAddr, reg, &ready, server, report)
-	if err != nil {
-		return fail(err)
-	}
-	if lis != nil {
-		logger.Info("serving metrics, health and inspect", "addr", lis.Addr().String())
-		g.Go(func() error {
-			if err := httpSrv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http: %w", err)
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
-			defer cancel()
-			return httpSrv.Shutdown(sctx)
-		})
-	}
-
-	g.Go(func() error { return watcher.Run(gctx) })
-	g.Go(func() error {
-		retry := time.NewTicker(cfg.Cleanup.RetryStuckEvery.Duration)
-		defer retry.Stop()
-		b.RunCleanup(gctx, watcher.Changes(), retry.C)
-		return nil
-	})
-	g.Go(func() error { return mon.Run(gctx) })
-	g.Go(func() error {
-		for ev := range mon.Events() {
-			if inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
-				logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
-				server.Update(inv.devices())
-				if unitServer != nil {
-					unitServer.Update(units.devices())
-				}
-			}
-			m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
-		}
-		return nil
-	})
-	if opts.Config != "" {
-		w, err := config.NewWatcher(opts.Config, logger.With("component", "config"), reg, func(c config.Config) {
-			b.setPolicy(policyFrom(c))
-			if units != nil {
-				a, err := gpu.ForNode(c.GPU, opts.NodeName)
-				switch {
-				case err != nil || a.ResourceName != units.name:
-					logger.Warn("a change of this node's machine type takes effect at the next agent start")
-				case units.setMode(a.Mode):
-					logger.Info("node pool mode changed", "mode", a.Mode, "resource", units.name)
-					unitServer.Update(units.devices())
-				}
-			}
-			if c.NICResource != cfg.NICResource || c.CDIEnabled() != cfg.CDIEnabled() || c.CDI.SpecDir != cfg.CDI.SpecDir {
-				logger.Warn("resource name, shares and CDI settings take effect at the next agent start")
-			}
-		})
-		if err != nil {
-			return fail(err)
-		}
-		g.Go(func() error { return w.Run(gctx) })
-	}
-	g.Go(func() error { return deviceplugin.RunAll(gctx, servers...) })
-	ready.Store(true)
-	m.ready.Set(1)
-	logger.Info("agent ready", "node", opts.NodeName, "nics", len(served), "resource", res.name, "driver", opts.CXIDriver)
-
-	err = g.Wait()
-	b.ns.closeAll()
-	m.ready.Set(0)
-	if ctx.Err() != nil && err == nil {
-		logger.Info("agent stopped")
-	}
-	return err
+	defer a.close() // after every loop has returned
+	return a.run(ctx)
 }
 
 // newPluginServers makes the device plugin servers: the NIC resource's,

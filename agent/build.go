@@ -1,0 +1,428 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/cxi/health"
+	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
+	"github.com/slingshot-k8s/slingshot/deviceplugin"
+	"github.com/slingshot-k8s/slingshot/gpu"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
+
+// parts is the agent, built: every component made and checked, nothing
+// running yet.
+type parts struct {
+	opts   Options
+	cfg    config.Config
+	logger *slog.Logger
+	reg    *prometheus.Registry
+	m      *metrics
+
+	managedLo, managedHi uint16
+
+	b          *binder
+	served     []sysfs.NIC
+	inv        *inventory
+	units      *unitResource // nil without a GPU machine type
+	res        *nicResource
+	server     *deviceplugin.Server
+	unitServer *deviceplugin.Server // nil without a GPU machine type
+	watcher    *podwatch.Watcher
+	client     *controllerclient.Client
+	mon        *health.Monitor
+	cfgWatcher *config.Watcher // nil without a config file
+	httpSrv    *http.Server    // nil without a metrics address
+	lis        net.Listener
+	ready      atomic.Bool
+
+	closers []io.Closer
+}
+
+// close releases what building opened, in reverse order.
+func (a *parts) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i].Close()
+	}
+}
+
+// build makes every part of the agent from its options. On error, the
+// parts made so far are returned for closing.
+func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, error) {
+	a := &parts{opts: opts, logger: logger}
+	steps := []func(context.Context) error{a.buildBase, a.buildNICs, a.buildResources, a.buildState, a.buildServing}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// buildBase reads the configuration and makes the metrics registry.
+func (a *parts) buildBase(context.Context) error {
+	cfg, err := config.Load(a.opts.Config)
+	if err != nil {
+		return err
+	}
+	a.cfg = cfg
+	if a.managedLo, a.managedHi, err = ParseVNIRange(a.opts.ManagedVNIs); err != nil {
+		return err
+	}
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.m = newMetrics(time.Now)
+	if err := a.m.register(a.reg); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+// buildNICs discovers the NICs, opens their drivers and makes the binder.
+func (a *parts) buildNICs(ctx context.Context) error {
+	opts, cfg, logger := a.opts, a.cfg, a.logger
+	disc, err := sysfs.Discover(os.DirFS(opts.SysfsRoot))
+	if err != nil {
+		return fmt.Errorf("discover NICs under %s: %w", opts.SysfsRoot, err)
+	}
+	for _, p := range disc.Problems {
+		logger.Warn("discovery problem", "err", p)
+	}
+	allocDir := filepath.Join(opts.StateDir, "containers")
+	if err := os.MkdirAll(allocDir, 0o755); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	finder, criConn, err := newNetnsFinder(ctx, opts, logger)
+	if err != nil {
+		return err
+	}
+	if criConn != nil {
+		a.closers = append(a.closers, criConn)
+	}
+	a.b = &binder{
+		node:     opts.NodeName,
+		resource: cfg.NICResource.Name,
+		logger:   logger.With("component", "binder"),
+		nics:     map[string]*nic{},
+		devNIC:   map[string]string{},
+		resolve:  map[string]func([]string) ([]*nic, error){},
+		netns:    handles{finder},
+		allocDir: allocDir,
+		metrics:  a.m,
+		now:      time.Now,
+	}
+	a.b.setPolicy(policyFrom(cfg))
+	for _, n := range disc.NICs {
+		if a.openNIC(n) {
+			a.served = append(a.served, n)
+		}
+	}
+	if len(a.served) == 0 {
+		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
+	}
+	if cfg.CDIEnabled() {
+		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name)
+		if err != nil {
+			return err
+		}
+		a.b.cdi = w
+	}
+	return nil
+}
+
+// openNIC opens a discovered NIC's driver and adds it to the binder. It
+// reports whether the NIC is served: virtual functions and NICs whose
+// device cannot be opened are not.
+func (a *parts) openNIC(n sysfs.NIC) bool {
+	if n.VF {
+		a.logger.Info("skipping virtual function: services are made on the physical function", "nic", n.Name)
+		return false
+	}
+	dev, closer, err := openDevice(a.opts.CXIDriver, a.opts.DevRoot, a.opts.StateDir, n)
+	if err != nil {
+		a.logger.Error("NIC unusable", "nic", n.Name, "err", err)
+		return false
+	}
+	a.closers = append(a.closers, closer)
+	retry := backoff.Policy{
+		Initial: a.cfg.Cleanup.BusyInterval.Duration, Max: 5 * time.Second, Factor: 2, Jitter: 0.2,
+		Attempts: a.cfg.Cleanup.BusyRetries,
+	}
+	client := cxi.NewClient(countingDevice{Device: dev, busy: a.m.busyRetries.WithLabelValues(n.Name)},
+		cxi.WithDestroyRetry(retry), cxi.WithLogger(a.logger.With("nic", n.Name)),
+		cxi.WithDeviceMaxima(n.Properties.Max))
+	a.b.nics[n.Name] = &nic{name: n.Name, index: n.Index, devPath: filepath.Join(a.opts.DevRoot, n.Name), drv: client}
+	shares := a.cfg.NICResource.SharesPerNIC
+	for s := range shares {
+		a.b.devNIC[nicDeviceID(n, s, shares)] = n.Name
+	}
+	return true
+}
+
+// buildResources makes the served resources, their device-plugin servers
+// and the pod watch.
+func (a *parts) buildResources(context.Context) error {
+	opts, cfg, b := a.opts, a.cfg, a.b
+	a.inv = newInventory(a.served, cfg.NICResource.SharesPerNIC)
+	for _, n := range a.served {
+		a.m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
+	}
+	if err := a.buildUnits(); err != nil {
+		return err
+	}
+	resources := []string{cfg.NICResource.Name}
+	if a.units != nil {
+		resources = append(resources, a.units.name)
+	}
+	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
+	a.res = &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: a.inv.topology()}
+	b.resolve[a.res.name] = b.nicsOf
+	var err error
+	if a.server, a.unitServer, err = newPluginServers(pluginDir, a.res, a.units, a.logger, a.reg); err != nil {
+		return err
+	}
+	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, conn)
+	for _, r := range resources {
+		a.m.kubeletNudges.WithLabelValues(r) // exported at 0 from the start
+	}
+	a.watcher = podwatch.New(podwatch.Config{
+		Lister:       lister,
+		Resources:    resources,
+		PluginDir:    pluginDir,
+		PollInterval: cfg.PodResources.PollInterval.Duration,
+		Nudge:        a.m.countNudges(nudgeKubelet(a.servers())),
+		OnList:       a.m.observeList,
+		Logger:       a.logger.With("component", "podwatch"),
+	})
+	b.pods = a.watcher
+	return nil
+}
+
+// buildUnits makes the GPU machine type's resource, where one is
+// configured; its NICs leave the NIC resource.
+func (a *parts) buildUnits() error {
+	if len(a.cfg.GPU.MachineTypes) == 0 {
+		return nil
+	}
+	opts := a.opts
+	units, notes, err := newUnitResource(a.b, a.cfg, opts.NodeName, os.DirFS(opts.SysfsRoot), os.DirFS(opts.ProcRoot),
+		os.DirFS(opts.DevRoot), opts.DevRoot, a.served, a.inv)
+	for _, note := range notes {
+		a.logger.Info("GPU machine types", "note", note)
+	}
+	if err != nil {
+		return err
+	}
+	a.units = units
+	a.inv.unitNICs = map[string]bool{}
+	for _, u := range units.carving.Units {
+		for _, n := range u.NICs {
+			a.inv.unitNICs[n.Name] = true
+		}
+	}
+	for id, name := range a.b.devNIC {
+		if a.inv.unitNICs[name] {
+			delete(a.b.devNIC, id) // the NIC resource does not offer unit NICs
+		}
+	}
+	a.b.resolve[units.name] = units.resolve
+	a.logger.Info("GPU machine type", "resource", units.name, "units", len(units.carving.Units), "mode", units.mode,
+		"excluded_gpus", len(units.carving.Excluded), "nic_resource_nics", len(a.served)-len(a.inv.unitNICs))
+	return nil
+}
+
+// servers are the device-plugin servers, the NIC resource's first.
+func (a *parts) servers() []*deviceplugin.Server {
+	if a.unitServer != nil {
+		return []*deviceplugin.Server{a.server, a.unitServer}
+	}
+	return []*deviceplugin.Server{a.server}
+}
+
+// buildState opens the agent's checkpoint and its controller client.
+func (a *parts) buildState(ctx context.Context) error {
+	store, err := checkpoint.Open(filepath.Join(a.opts.StateDir, CheckpointName), a.opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
+	}
+	a.b.useStore(store)
+	client, err := newLeaser(ctx, a.opts, a.b.inUseVNIs, a.logger, a.reg)
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, client)
+	client.RestorePodVNIs(localVNIs(store.Snapshot()))
+	a.client = client
+	a.b.leaser = timedLeaser{vniLeaser: client, m: a.m}
+	return nil
+}
+
+// buildServing makes the health monitor, the admin HTTP endpoint and the
+// configuration watcher.
+func (a *parts) buildServing(context.Context) error {
+	a.mon = health.New(health.Config{
+		Targets:      a.inv.healthTargets(a.opts.SysfsRoot),
+		Logger:       a.logger.With("component", "health"),
+		PollInterval: a.cfg.Health.PollInterval.Duration,
+		Registerer:   a.reg,
+	})
+	var err error
+	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.reg, &a.ready, a.server, a.report); err != nil {
+		return err
+	}
+	if a.lis != nil {
+		a.closers = append(a.closers, a.lis)
+	}
+	if a.opts.Config == "" {
+		return nil
+	}
+	a.cfgWatcher, err = config.NewWatcher(a.opts.Config, a.logger.With("component", "config"), a.reg, a.reload)
+	return err
+}
+
+// report is the inspect endpoint's view of the agent.
+func (a *parts) report(ctx context.Context) *inspect.Report {
+	r := a.b.report(ctx, a.inv, a.ready.Load(), a.watcher)
+	if a.units != nil {
+		r.Units = a.units.report(heldIDs(a.watcher.Latest(), a.units.name))
+	}
+	return r
+}
+
+// reload applies a changed configuration: the pod path's policy and the
+// node pool's mode at once, the rest at the next start.
+func (a *parts) reload(c config.Config) {
+	a.b.setPolicy(policyFrom(c))
+	if a.units != nil {
+		m, err := gpu.ForNode(c.GPU, a.opts.NodeName)
+		switch {
+		case err != nil || m.ResourceName != a.units.name:
+			a.logger.Warn("a change of this node's machine type takes effect at the next agent start")
+		case a.units.setMode(m.Mode):
+			a.logger.Info("node pool mode changed", "mode", m.Mode, "resource", a.units.name)
+			a.unitServer.Update(a.units.devices())
+		}
+	}
+	old := a.cfg
+	if c.NICResource != old.NICResource || c.CDIEnabled() != old.CDIEnabled() || c.CDI.SpecDir != old.CDI.SpecDir {
+		a.logger.Warn("resource name, shares and CDI settings take effect at the next agent start")
+	}
+}
+
+// run runs the built agent until ctx ends: the controller client first,
+// then the start-up reconcile, then every loop, each owned by one errgroup.
+func (a *parts) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.client.Run(gctx) })
+	if err := a.reconcile(gctx); err != nil {
+		cancel()
+		return errors.Join(err, g.Wait())
+	}
+	a.server.Update(a.inv.devices())
+	if a.unitServer != nil {
+		a.unitServer.Update(a.units.devices())
+	}
+	if a.lis != nil {
+		a.logger.Info("serving metrics, health and inspect", "addr", a.lis.Addr().String())
+		g.Go(a.serveHTTP)
+		g.Go(func() error { return a.shutdownHTTP(gctx) })
+	}
+	g.Go(func() error { return a.watcher.Run(gctx) })
+	g.Go(func() error {
+		retry := time.NewTicker(a.cfg.Cleanup.RetryStuckEvery.Duration)
+		defer retry.Stop()
+		a.b.RunCleanup(gctx, a.watcher.Changes(), retry.C)
+		return nil
+	})
+	g.Go(func() error { return a.mon.Run(gctx) })
+	g.Go(func() error { a.followHealth(); return nil })
+	if a.cfgWatcher != nil {
+		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
+	}
+	g.Go(func() error { return deviceplugin.RunAll(gctx, a.servers()...) })
+	a.ready.Store(true)
+	a.m.ready.Set(1)
+	a.logger.Info("agent ready", "node", a.opts.NodeName, "nics", len(a.served), "resource", a.res.name, "driver", a.opts.CXIDriver)
+
+	err := g.Wait()
+	a.b.ns.closeAll()
+	a.m.ready.Set(0)
+	if ctx.Err() != nil && err == nil {
+		a.logger.Info("agent stopped")
+	}
+	return err
+}
+
+// reconcile brings the driver and the checkpoint together at start, and
+// registers the collectors that read the reconciled state.
+func (a *parts) reconcile(ctx context.Context) error {
+	rep, err := a.b.Reconcile(ctx, reconcileOptions{cleanManaged: a.opts.CleanManaged, managedLo: a.managedLo, managedHi: a.managedHi})
+	if err != nil {
+		return fmt.Errorf("start-up reconcile: %w", err)
+	}
+	a.logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
+		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
+	a.reg.MustRegister(newStateCollector(a.b))
+	if a.units != nil {
+		a.reg.MustRegister(newUnitCollector(a.units, func() map[string]bool { return heldIDs(a.watcher.Latest(), a.units.name) }))
+	}
+	return nil
+}
+
+// serveHTTP serves the admin endpoint until shutdownHTTP stops it.
+func (a *parts) serveHTTP() error {
+	if err := a.httpSrv.Serve(a.lis); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// shutdownHTTP stops the admin endpoint when ctx ends.
+func (a *parts) shutdownHTTP(ctx context.Context) error {
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return a.httpSrv.Shutdown(sctx)
+}
+
+// followHealth advertises the NICs' health changes until the monitor's
+// events end (when it stops).
+func (a *parts) followHealth() {
+	for ev := range a.mon.Events() {
+		if a.inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
+			a.logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
+			a.server.Update(a.inv.devices())
+			if a.unitServer != nil {
+				a.unitServer.Update(a.units.devices())
+			}
+		}
+		a.m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
+	}
+}
