@@ -65,33 +65,11 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 	}
 	var candidates []store.Lease
 	for _, l := range s.leases {
-		if len(l.rec.Nodes) > 0 {
-			kept := l.rec.Nodes[:0:0]
-			for _, n := range l.rec.Nodes {
-				if s.nodeGoneLocked(n, now) {
-					r.DroppedHolders++
-					continue
-				}
-				if s.unusedLocked(l.rec, n, now) {
-					r.UnusedHolds++
-					s.m.unusedHolds.Inc()
-					s.log.Warn("node no longer uses the vni it holds; hold dropped", "lease", l.rec.Key, "vni", l.rec.VNI, "node", n)
-					continue
-				}
-				kept = append(kept, n)
-			}
-			if len(kept) != len(l.rec.Nodes) {
-				l.rec.Nodes = kept
-				if l.rec.Scope == store.ScopePod && len(kept) == 0 {
-					l.rec.OwnerGone = true
-				}
-				b = s.putLocked(l)
-				if l.rec.OwnerGone && len(kept) == 0 {
-					b = s.freeLocked(l, now)
-					r.Freed++
-					continue
-				}
-			}
+		if lb, freed := s.dropHoldsLocked(l, now, &r); freed {
+			b = lb
+			continue
+		} else if lb != nil {
+			b = lb
 		}
 		if s.res != nil && len(l.rec.Nodes) == 0 && !l.rec.OwnerGone && l.rec.Scope != store.ScopePod &&
 			len(candidates) < s.cfg.SweepOwners {
@@ -99,10 +77,60 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	s.pruneHoldsLocked(now)
+	if sb := s.reclaimSlicesLocked(now, &r); sb != nil {
+		b = sb
+	}
+	s.mu.Unlock()
+	if err := s.wait(ctx, b); err != nil {
+		return r, err
+	}
+	return r, s.freeGoneOwners(ctx, candidates, &r)
+}
+
+// dropHoldsLocked drops l's holds by nodes that are gone or no longer
+// use its VNI, and frees l when that leaves it without owner and holder.
+// It returns the batch of the change, if any, and whether l was freed.
+func (s *Service) dropHoldsLocked(l *lease, now time.Time, r *SweepResult) (*batch, bool) {
+	if len(l.rec.Nodes) == 0 {
+		return nil, false
+	}
+	kept := l.rec.Nodes[:0:0]
+	for _, n := range l.rec.Nodes {
+		if s.nodeGoneLocked(n, now) {
+			r.DroppedHolders++
+			continue
+		}
+		if s.unusedLocked(l.rec, n, now) {
+			r.UnusedHolds++
+			s.m.unusedHolds.Inc()
+			s.log.Warn("node no longer uses the vni it holds; hold dropped", "lease", l.rec.Key, "vni", l.rec.VNI, "node", n)
+			continue
+		}
+		kept = append(kept, n)
+	}
+	if len(kept) == len(l.rec.Nodes) {
+		return nil, false
+	}
+	l.rec.Nodes = kept
+	if l.rec.Scope == store.ScopePod && len(kept) == 0 {
+		l.rec.OwnerGone = true
+	}
+	b := s.putLocked(l)
+	if l.rec.OwnerGone && len(kept) == 0 {
+		r.Freed++
+		return s.freeLocked(l, now), true
+	}
+	return b, false
+}
+
+// reclaimSlicesLocked takes back the slices of gone nodes, after the
+// grace period, and returns the batch that records it, if any.
+func (s *Service) reclaimSlicesLocked(now time.Time, r *SweepResult) *batch {
 	var nodeGone func(string) (time.Time, bool)
 	if s.nodes != nil {
 		nodeGone = s.nodes.NodeGone
 	}
+	var b *batch
 	for _, name := range s.poolOrder {
 		o, stranded := s.pools[name].Reclaim(now, s.cfg.SliceGrace, nodeGone)
 		r.Reclaimed += len(o)
@@ -112,13 +140,13 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	s.m.stranded.Set(float64(r.Stranded))
-	s.mu.Unlock()
-	if err := s.wait(ctx, b); err != nil {
-		return r, err
-	}
+	return b
+}
 
-	// Owner look-ups go to the API without the lock; each result is
-	// re-validated against the lease's version before it frees anything.
+// freeGoneOwners asks the API whether the candidates' owners still exist,
+// without the lock, and frees the leases whose owner is gone, each
+// re-validated against the lease's version first.
+func (s *Service) freeGoneOwners(ctx context.Context, candidates []store.Lease, r *SweepResult) error {
 	var gone []store.Lease
 	for _, c := range candidates {
 		ok, err := s.res.OwnerExists(ctx, c.Owner)
@@ -131,15 +159,15 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}
 	if len(gone) == 0 {
-		return r, nil
+		return nil
 	}
 	s.mu.Lock()
 	if err := s.gate(); err != nil {
 		s.mu.Unlock()
-		return r, err
+		return err
 	}
-	b = nil
-	now = s.now()
+	var b *batch
+	now := s.now()
 	for _, c := range gone {
 		l := s.leases[c.Key]
 		if l == nil || l.rec.Version != c.Version || len(l.rec.Nodes) != 0 || l.rec.OwnerGone {
@@ -152,7 +180,7 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 		s.log.Info("owner gone; vni freed", "lease", c.Key, "vni", c.VNI)
 	}
 	s.mu.Unlock()
-	return r, s.wait(ctx, b)
+	return s.wait(ctx, b)
 }
 
 // NodesSeen returns when each node last acquired or renewed slices.
