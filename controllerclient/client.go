@@ -403,7 +403,8 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// tick renews the slices and keeps the pool between LowWater and twice it.
+// tick renews the slices, settles give-backs whose outcome was unknown,
+// and keeps the pool between LowWater and twice it.
 func (c *Client) tick(ctx context.Context) {
 	if err := c.Heartbeat(ctx); err != nil {
 		if ctx.Err() == nil {
@@ -414,6 +415,9 @@ func (c *Client) tick(ctx context.Context) {
 	if c.pool.isOff() {
 		return
 	}
+	for _, p := range c.pool.retryGiveBacks() {
+		c.giveBack(ctx, p.index, p.gb)
+	}
 	free, held := c.pool.counts()
 	if free < c.opts.LowWater && held < slices.MaxPerNode {
 		if err := c.acquirePodSlices(ctx, held+1); err != nil && ctx.Err() == nil {
@@ -421,15 +425,43 @@ func (c *Client) tick(ctx context.Context) {
 		}
 		return
 	}
-	if i, ok := c.pool.idleSlice(2 * c.opts.LowWater); ok {
-		err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
-			_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)})
-			return err
-		})
-		if err == nil || errors.Is(err, ErrNotFound) {
-			c.Heartbeat(ctx)
-		}
+	if i, gb, ok := c.pool.beginGiveBack(2 * c.opts.LowWater); ok {
+		c.giveBack(ctx, i, gb)
 	}
+}
+
+// giveBack releases slice i, which beginGiveBack or retryGiveBacks took
+// out of the pool, and settles it by the answer.
+func (c *Client) giveBack(ctx context.Context, i int, gb *giveBack) {
+	attempts := 0
+	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
+		attempts++
+		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)})
+		return err
+	})
+	o := releaseOutcome(err, attempts)
+	if o == unknown && ctx.Err() == nil {
+		c.opts.Logger.Warn("slice give-back outcome unknown; its VNIs stay unused until a retry settles it", "index", i, "err", err)
+	}
+	c.pool.endGiveBack(i, gb, o)
+}
+
+// releaseOutcome reads a ReleaseSlice call's error. Only an answer that
+// the controller gives before acting (a refused argument or credential)
+// on the one attempt made proves that nothing was released: an earlier
+// attempt that timed out, or a commit that failed, may have released it.
+func releaseOutcome(err error, attempts int) giveBackOutcome {
+	var e *Error
+	switch {
+	case err == nil || errors.Is(err, ErrNotFound):
+		return released
+	case attempts == 0:
+		return refused // never sent
+	case attempts == 1 && errors.As(err, &e) &&
+		(e.Code == codes.InvalidArgument || e.Code == codes.PermissionDenied || e.Code == codes.Unauthenticated):
+		return refused
+	}
+	return unknown
 }
 
 func heldVNISlices(in []*apiv1.Slice) map[int]vnialloc.Range {

@@ -38,6 +38,15 @@
 // gRPC connection reconnects by itself. Heartbeats report how many VNIs
 // are in use per slice, so the controller never reclaims a slice in use.
 //
+// A slice given back is taken out of the pool, in one step with the check
+// that none of its VNIs is in use, before ReleaseSlice is sent, so no
+// PodVNI can hand out a VNI of it meanwhile. When the answer leaves it
+// unknown whether the controller released it (a timeout, a failed commit,
+// a retry after either), its VNIs stay out of the pool and the release is
+// retried at the next heartbeat until the controller says it no longer
+// leases the slice; only a refusal before acting (a bad argument or
+// credential on the one attempt made) puts them back.
+//
 // # Embedded mode
 //
 // Embedded runs a [controller.Service] with its sqlite store in the given

@@ -10,19 +10,53 @@ import (
 // podPool is the node's local pool of pod-scoped VNIs: the VNIs of the
 // slices it holds, split into free (a FIFO, so a returned VNI is reused
 // last) and in use.
+//
+// A slice being given back to the controller is in returning from the
+// moment it is chosen, under the same lock as take, so that no VNI of it
+// is handed out from then on: its free VNIs leave the free list at once,
+// and it is chosen only with nothing in use. It leaves returning when the
+// controller says it no longer leases the slice (dropped), or when the
+// controller certainly refused (its VNIs are free again). After an answer
+// that leaves it unknown whether the release happened, the slice stays
+// returning and the release is retried: a release that happened, or that
+// still lands later, must never find a VNI of the slice in use.
 type podPool struct {
-	mu      sync.Mutex
-	slices  map[int]vnialloc.Range
-	free    []uint16
-	head    int
-	isFree  map[uint16]bool
-	inUse   map[uint16]bool
-	changed chan struct{} // closed and replaced on every refill
-	off     bool          // the controller has no pod pool
+	mu        sync.Mutex
+	slices    map[int]vnialloc.Range
+	returning map[int]*giveBack
+	free      []uint16
+	head      int
+	isFree    map[uint16]bool
+	inUse     map[uint16]bool
+	changed   chan struct{} // closed and replaced on every refill
+	off       bool          // the controller has no pod pool
 }
 
+// giveBack is one slice's way back to the controller; its pointer names
+// that attempt, so that the answer to an old one cannot settle a newer.
+type giveBack struct {
+	r vnialloc.Range
+	// inFlight is set while a ReleaseSlice call for the slice is running;
+	// otherwise the last call's outcome was unknown and it is retried.
+	inFlight bool
+}
+
+// giveBackOutcome is what a ReleaseSlice call tells about the slice.
+type giveBackOutcome int
+
+const (
+	// released: the controller no longer leases the slice to the node
+	// (it said so, or said that the node does not hold it).
+	released giveBackOutcome = iota
+	// refused: the controller certainly did not release it.
+	refused
+	// unknown: the release may or may not have happened.
+	unknown
+)
+
 func newPodPool() *podPool {
-	return &podPool{slices: map[int]vnialloc.Range{}, isFree: map[uint16]bool{}, inUse: map[uint16]bool{}, changed: make(chan struct{})}
+	return &podPool{slices: map[int]vnialloc.Range{}, returning: map[int]*giveBack{},
+		isFree: map[uint16]bool{}, inUse: map[uint16]bool{}, changed: make(chan struct{})}
 }
 
 func (p *podPool) sliceOf(v uint16) (int, bool) {
@@ -69,7 +103,7 @@ func (p *podPool) put(v uint16) {
 		return
 	}
 	delete(p.inUse, v)
-	if _, ok := p.sliceOf(v); ok && !p.isFree[v] {
+	if i, ok := p.sliceOf(v); ok && !p.isFree[v] && p.returning[i] == nil {
 		p.isFree[v] = true
 		p.free = append(p.free, v)
 	}
@@ -87,6 +121,9 @@ func (p *podPool) restore(vnis []uint16) {
 
 // setSlices makes the pool hold exactly these slices: new slices' VNIs
 // become free (except those in use), dropped slices' free VNIs go away.
+// A slice on its way back stays out of the free list while it is held; one
+// no longer held is settled, but its index is not taken up again while a
+// release of it is in flight (the release could still land after).
 func (p *podPool) setSlices(held map[int]vnialloc.Range) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -98,6 +135,9 @@ func (p *podPool) setSlices(held map[int]vnialloc.Range) {
 			delete(p.isFree, uint16(v))
 		}
 		delete(p.slices, i)
+		if gb := p.returning[i]; gb != nil && !gb.inFlight {
+			delete(p.returning, i)
+		}
 	}
 	added := false
 	idx := make([]int, 0, len(held))
@@ -106,25 +146,37 @@ func (p *podPool) setSlices(held map[int]vnialloc.Range) {
 	}
 	sort.Ints(idx)
 	for _, i := range idx {
-		r := held[i]
-		if _, ok := p.slices[i]; ok {
+		if _, ok := p.slices[i]; ok || p.returning[i] != nil {
 			continue
 		}
-		p.slices[i] = r
-		for v := int(r.Min); v <= int(r.Max); v++ {
-			u := uint16(v)
-			if vnialloc.Reserved(u) || p.inUse[u] || p.isFree[u] {
-				continue
-			}
-			p.isFree[u] = true
-			p.free = append(p.free, u)
-			added = true
-		}
+		p.slices[i] = held[i]
+		added = p.addFreeLocked(held[i]) || added
 	}
 	if added {
-		close(p.changed)
-		p.changed = make(chan struct{})
+		p.signalLocked()
 	}
+}
+
+// addFreeLocked makes r's VNIs free, except reserved ones and those in
+// use or free already; it reports whether it added any.
+func (p *podPool) addFreeLocked(r vnialloc.Range) bool {
+	added := false
+	for v := int(r.Min); v <= int(r.Max); v++ {
+		u := uint16(v)
+		if vnialloc.Reserved(u) || p.inUse[u] || p.isFree[u] {
+			continue
+		}
+		p.isFree[u] = true
+		p.free = append(p.free, u)
+		added = true
+	}
+	return added
+}
+
+// signalLocked wakes the takers waiting for a change.
+func (p *podPool) signalLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // usage returns the VNIs in use per held slice (every held slice listed).
@@ -149,35 +201,100 @@ func (p *podPool) counts() (free, slices int) {
 	return len(p.isFree), len(p.slices)
 }
 
-// idleSlice returns a slice with nothing in use whose release still leaves
-// at least keep VNIs free; never the last slice.
-func (p *podPool) idleSlice(keep int) (int, bool) {
+// beginGiveBack chooses a slice to give back, the highest-indexed one
+// with nothing in use whose release still leaves at least keep VNIs free,
+// never the last slice not already on its way back, and takes its VNIs out
+// of the free list in the same step: from here on none of them is handed
+// out. The caller reports the call's outcome to endGiveBack.
+func (p *podPool) beginGiveBack(keep int) (int, *giveBack, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.slices) < 2 {
-		return 0, false
-	}
-	for i, r := range p.slices {
-		used := false
-		for v := range p.inUse {
-			if r.Contains(v) {
-				used = true
-				break
-			}
-		}
-		if !used && len(p.isFree)-r.Size() >= keep {
-			return i, true
+	idx := make([]int, 0, len(p.slices))
+	for i := range p.slices {
+		if p.returning[i] == nil {
+			idx = append(idx, i)
 		}
 	}
-	return 0, false
+	if len(idx) < 2 {
+		return 0, nil, false
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(idx)))
+	for _, i := range idx {
+		r := p.slices[i]
+		if p.usedLocked(r) || len(p.isFree)-r.Size() < keep {
+			continue
+		}
+		gb := &giveBack{r: r, inFlight: true}
+		p.returning[i] = gb
+		for v := int(r.Min); v <= int(r.Max); v++ {
+			delete(p.isFree, uint16(v))
+		}
+		return i, gb, true
+	}
+	return 0, nil, false
+}
+
+func (p *podPool) usedLocked(r vnialloc.Range) bool {
+	for v := range p.inUse {
+		if r.Contains(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingGiveBack is a slice whose give-back is to be (re)tried.
+type pendingGiveBack struct {
+	index int
+	gb    *giveBack
+}
+
+// retryGiveBacks returns the slices whose last release had an unknown
+// outcome, marked in flight again.
+func (p *podPool) retryGiveBacks() []pendingGiveBack {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []pendingGiveBack
+	for i, gb := range p.returning {
+		if !gb.inFlight {
+			gb.inFlight = true
+			out = append(out, pendingGiveBack{index: i, gb: gb})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].index < out[b].index })
+	return out
+}
+
+// endGiveBack settles slice i's give-back gb by the outcome of its call.
+// An unknown outcome keeps the slice's VNIs out of the free list until a
+// later release settles it, or a heartbeat says it is no longer held.
+func (p *podPool) endGiveBack(i int, gb *giveBack, o giveBackOutcome) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.returning[i] != gb {
+		return // settled meanwhile
+	}
+	r, held := p.slices[i]
+	held = held && r == gb.r
+	switch {
+	case o == unknown && held:
+		gb.inFlight = false
+		return
+	case o == released && held:
+		delete(p.slices, i)
+	case o == refused && held:
+		if p.addFreeLocked(r) {
+			p.signalLocked()
+		}
+	}
+	delete(p.returning, i)
 }
 
 func (p *podPool) setOff(off bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if off && !p.off {
-		close(p.changed)
-		p.changed = make(chan struct{})
+		p.signalLocked()
 	}
 	p.off = off
 }
