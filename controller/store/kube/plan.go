@@ -94,14 +94,8 @@ func planBatch(st state, ops []store.Op) (plan, error) {
 		}
 		key := op.Record.RecordKey()
 		if m, ok := op.Record.(*store.Meta); ok {
-			cur, exists := meta[m.Key]
-			if err := checkVersion(op, exists, cur.Version); err != nil {
+			if err := planMeta(meta, m, op); err != nil {
 				return plan{}, fmt.Errorf("op %d (%s): %w", i, key, err)
-			}
-			if op.Kind == store.OpDelete {
-				delete(meta, m.Key)
-			} else {
-				meta[m.Key] = metaValue{Value: m.Value, Version: op.Expect + 1}
 			}
 			p.metaChanged = true
 			continue
@@ -153,6 +147,20 @@ func planBatch(st state, ops []store.Op) (plan, error) {
 	}
 	p.meta = meta
 	return p, nil
+}
+
+// planMeta applies a meta op to the batch's copy of the meta values.
+func planMeta(meta map[string]metaValue, m *store.Meta, op store.Op) error {
+	cur, exists := meta[m.Key]
+	if err := checkVersion(op, exists, cur.Version); err != nil {
+		return err
+	}
+	if op.Kind == store.OpDelete {
+		delete(meta, m.Key)
+	} else {
+		meta[m.Key] = metaValue{Value: m.Value, Version: op.Expect + 1}
+	}
+	return nil
 }
 
 func checkOp(op store.Op) error {

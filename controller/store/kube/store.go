@@ -531,13 +531,34 @@ func (s *Store) Commit(ctx context.Context, ops []store.Op) error {
 // commitPlan journals p in the head and applies it. Any error leaves the
 // cache stale.
 func (s *Store) commitPlan(ctx context.Context, p plan) error {
+	next, err := s.journal(ctx, p)
+	if err != nil {
+		return err
+	}
+	// The batch is committed; apply its writes.
+	rvs, err := s.applyWrites(ctx, p.writes, next.Batch)
+	if err != nil {
+		return err
+	}
+	for _, name := range next.Parts {
+		if err := s.remove(ctx, resJournal, name, ""); err != nil && !apierrors.IsNotFound(err) {
+			s.log.Warn("delete journal part", "part", name, "err", err)
+		}
+	}
+	s.cacheWrites(p.writes, rvs)
+	return nil
+}
+
+// journal writes p's operations into the head, or into parts the head
+// names, and returns the new head: the batch's commit point.
+func (s *Store) journal(ctx context.Context, p plan) (journalSpec, error) {
 	wal := make([]walOp, len(p.writes))
 	for i, w := range p.writes {
 		wal[i] = w.walOp()
 	}
 	chunks, err := encodeWAL(wal, partLimit)
 	if err != nil {
-		return fmt.Errorf("encode journal: %w", err)
+		return journalSpec{}, fmt.Errorf("encode journal: %w", err)
 	}
 	next := s.head
 	next.Seq++
@@ -545,8 +566,7 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 	if len(next.Meta) == 0 {
 		next.Meta = nil
 	}
-	id := batchID(next.Epoch, next.Seq)
-	next.Batch = id
+	next.Batch = batchID(next.Epoch, next.Seq)
 	switch {
 	case len(chunks) == 1 && len(chunks[0]) <= inlineLimit:
 		next.Pending = chunks[0]
@@ -557,7 +577,7 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 			part := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(name, s.opts.Namespace, 1, ""),
 				Spec: journalSpec{Holder: s.opts.Identity, Epoch: next.Epoch, Seq: next.Seq, Part: c}}
 			if _, err := s.put(ctx, resJournal, name, &part, true); err != nil {
-				return fmt.Errorf("write journal part %s: %w", name, err)
+				return journalSpec{}, fmt.Errorf("write journal part %s: %w", name, err)
 			}
 			next.Parts = append(next.Parts, name)
 		}
@@ -565,18 +585,22 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 	head := journalObject{TypeMeta: typeMeta("StoreJournal"), ObjectMeta: objectMeta(s.opts.Name, s.opts.Namespace, 1, s.headRV), Spec: next}
 	rv, err := s.put(ctx, resJournal, s.opts.Name, &head, false)
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: %w: head %s: %w", store.ErrConflict, ErrFenced, s.opts.Name, err)
+		return journalSpec{}, fmt.Errorf("%w: %w: head %s: %w", store.ErrConflict, ErrFenced, s.opts.Name, err)
 	}
 	if err != nil {
-		return fmt.Errorf("write head %s: %w", s.opts.Name, err)
+		return journalSpec{}, fmt.Errorf("write head %s: %w", s.opts.Name, err)
 	}
 	s.head, s.headRV = next, rv
+	return next, nil
+}
 
-	// The batch is committed; apply its writes.
-	rvs := make([]string, len(p.writes))
+// applyWrites applies a committed batch's writes, in parallel, and
+// returns the resource version of each object written.
+func (s *Store) applyWrites(ctx context.Context, writes []write, id string) ([]string, error) {
+	rvs := make([]string, len(writes))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.opts.Parallel)
-	for i, w := range p.writes {
+	for i, w := range writes {
 		g.Go(func() error {
 			obj, err := s.apply(gctx, w, id)
 			if err != nil {
@@ -592,14 +616,14 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fmt.Errorf("apply batch %s: %w", id, err)
+		return nil, fmt.Errorf("apply batch %s: %w", id, err)
 	}
-	for _, name := range next.Parts {
-		if err := s.remove(ctx, resJournal, name, ""); err != nil && !apierrors.IsNotFound(err) {
-			s.log.Warn("delete journal part", "part", name, "err", err)
-		}
-	}
-	for i, w := range p.writes {
+	return rvs, nil
+}
+
+// cacheWrites records applied writes in the cache.
+func (s *Store) cacheWrites(writes []write, rvs []string) {
+	for i, w := range writes {
 		if old, ok := s.entries[w.key]; ok && old.vni != 0 && s.vnis[old.vni] == w.key {
 			delete(s.vnis, old.vni)
 		}
@@ -614,7 +638,6 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 		}
 		s.entries[w.key] = e
 	}
-	return nil
 }
 
 func metaOf(obj any) *metav1.ObjectMeta {
