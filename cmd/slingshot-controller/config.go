@@ -39,6 +39,7 @@ type Config struct {
 	TokenAudiences                   string
 	TLSCert, TLSKey, ClientCA        string
 	MTLSPrefix                       string
+	AllowUnboundAgents               bool
 	LogLevel, LogFormat              string
 
 	// Parsed by Validate.
@@ -86,7 +87,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate file of the gRPC API (with --tls-key)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key file of the gRPC API")
 	fs.StringVar(&c.ClientCA, "client-ca", "", "CA file that signs agent certificates, for --auth mtls")
-	fs.StringVar(&c.MTLSPrefix, "mtls-prefix", "slingshot-agent:", "common-name prefix of agent certificates; the rest names the agent's node")
+	fs.StringVar(&c.MTLSPrefix, "mtls-prefix", "slingshot-agent:", "common-name prefix of agent certificates, CN <prefix><node>: the rest names the node the agent may act for")
+	fs.BoolVar(&c.AllowUnboundAgents, "allow-unbound-agents", false, "development only: let an agent whose credential names no node (a token without the node-name extra, Kubernetes before 1.30; a certificate CN of the bare prefix) act for every node; without it such an agent is refused every node-scoped call")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
 	fs.Usage = func() {
@@ -210,6 +212,9 @@ func (c *Config) Validate() error {
 			add("--auth mtls needs --tls-cert, --tls-key and --client-ca")
 		}
 	case "none":
+		if c.AllowUnboundAgents {
+			add("--allow-unbound-agents needs --auth tokenreview or mtls: with none no agent is bound anyway")
+		}
 	default:
 		add("--auth %q: want tokenreview, mtls or none", c.Auth)
 	}

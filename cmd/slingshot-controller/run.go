@@ -89,14 +89,21 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 
 	gopts := []grpc.ServerOption{}
 	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(reg)}
+	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
-		interceptors = append(interceptors, auth.UnaryInterceptor(
-			auth.NewTokenReview(cs, splitList(c.TokenAudiences), splitList(c.AgentServiceAccounts), 0)))
+		authn = auth.NewTokenReview(cs, splitList(c.TokenAudiences), splitList(c.AgentServiceAccounts), 0)
 	case "mtls":
-		interceptors = append(interceptors, auth.UnaryInterceptor(auth.MTLS{Prefix: c.MTLSPrefix}))
+		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:
 		log.Warn("agents are not authenticated (--auth none)")
+	}
+	if authn != nil && c.AllowUnboundAgents {
+		log.Warn("agents whose credential names no node may act for every node (--allow-unbound-agents)")
+		authn = auth.AllowUnbound(authn)
+	}
+	if authn != nil {
+		interceptors = append(interceptors, auth.UnaryInterceptor(authn))
 	}
 	if c.TLSCert != "" {
 		tc, err := serverTLS(c)
@@ -107,7 +114,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 	}
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...))
 	gs := grpc.NewServer(gopts...)
-	grpcapi.NewServer(svc, cc.SliceTTL).Register(gs)
+	grpcapi.NewServer(svc, cc.SliceTTL, grpcapi.WithRegisterer(reg)).Register(gs)
 
 	// Listen before loading, so early callers get Unavailable rather
 	// than connection refused.

@@ -94,3 +94,49 @@ func TestMTLS(t *testing.T) {
 		t.Fatalf("no peer: %v", err)
 	}
 }
+
+// Issue 15, item 8: an identity is bound to the node its credential names
+// (the token's node-name extra, the name after the certificate's prefix);
+// one that names no node may act for none, unless AllowUnbound says so.
+func TestIssue15Item8CheckNode(t *testing.T) {
+	var calls atomic.Int64
+	cs := reviewer(t, map[string][2]string{"bound": {agentSA, "n1"}, "unbound": {agentSA, ""}}, &calls)
+	certCtx := func(cn string) context.Context {
+		chain := [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: cn}}}}
+		return peer.NewContext(t.Context(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{VerifiedChains: chain}}})
+	}
+	tokens := NewTokenReview(cs, nil, []string{agentSA}, 0)
+	certs := MTLS{Prefix: "slingshot-agent:"}
+	tests := []struct {
+		name  string
+		authn Authenticator
+		ctx   context.Context
+		node  string
+		want  error // nil: allowed
+	}{
+		{"token, own node", tokens, withToken(t.Context(), "bound"), "n1", nil},
+		{"token, other node", tokens, withToken(t.Context(), "bound"), "n2", ErrWrongNode},
+		{"token without node", tokens, withToken(t.Context(), "unbound"), "n1", ErrNoNode},
+		{"token without node, allowed", AllowUnbound(tokens), withToken(t.Context(), "unbound"), "n2", nil},
+		{"token with node, allowed unbound", AllowUnbound(tokens), withToken(t.Context(), "bound"), "n2", ErrWrongNode},
+		{"certificate, own node", certs, certCtx("slingshot-agent:n1"), "n1", nil},
+		{"certificate, other node", certs, certCtx("slingshot-agent:n1"), "n2", ErrWrongNode},
+		{"certificate without node", certs, certCtx("slingshot-agent:"), "n1", ErrNoNode},
+		{"certificate without node, allowed", AllowUnbound(certs), certCtx("slingshot-agent:"), "n1", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := tt.authn.Authenticate(tt.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = CheckNode(WithIdentity(t.Context(), id), tt.node)
+			if tt.want == nil && err != nil || tt.want != nil && (!errors.Is(err, tt.want) || !errors.Is(err, ErrForbidden)) {
+				t.Fatalf("CheckNode(%+v, %q) = %v, want %v", id, tt.node, err, tt.want)
+			}
+		})
+	}
+	if err := CheckNode(t.Context(), "n1"); err != nil {
+		t.Fatalf("no authenticator on the path (embedded, --auth none): %v", err)
+	}
+}

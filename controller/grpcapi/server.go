@@ -30,21 +30,54 @@ const (
 	ReasonNotFound  = "NOT_FOUND"
 	ReasonInvalid   = "INVALID_ARGUMENT"
 	ReasonForbidden = "WRONG_NODE"
+	ReasonNoNode    = "NO_NODE"
 	ReasonInternal  = "INTERNAL"
 )
 
 // Server implements apiv1.ControllerServer over a Service.
 type Server struct {
 	apiv1.UnimplementedControllerServer
-	svc *controller.Service
-	ttl time.Duration
+	svc     *controller.Service
+	ttl     time.Duration
+	refused *prometheus.CounterVec
 }
 
 var _ apiv1.ControllerServer = (*Server)(nil)
 
+// Option configures a Server.
+type Option func(*Server)
+
+// WithRegisterer registers the server's metrics with reg:
+// slingshot_controller_grpc_node_refused_total{method,reason}.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(s *Server) { reg.MustRegister(s.refused) }
+}
+
 // NewServer returns a server over svc; sliceTTL is reported to agents.
-func NewServer(svc *controller.Service, sliceTTL time.Duration) *Server {
-	return &Server{svc: svc, ttl: sliceTTL}
+func NewServer(svc *controller.Service, sliceTTL time.Duration, opts ...Option) *Server {
+	s := &Server{svc: svc, ttl: sliceTTL, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "slingshot_controller_grpc_node_refused_total",
+		Help: "Node-scoped calls refused because the caller is bound to another node (reason wrong_node) or its credential names no node (no_node).",
+	}, []string{"method", "reason"})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// checkNode authorizes a call of method that acts for node (see
+// [auth.CheckNode]) and counts a refusal.
+func (s *Server) checkNode(ctx context.Context, method, node string) error {
+	err := auth.CheckNode(ctx, node)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, auth.ErrNoNode):
+		s.refused.WithLabelValues(method, "no_node").Inc()
+	default:
+		s.refused.WithLabelValues(method, "wrong_node").Inc()
+	}
+	return Status(err)
 }
 
 // Register registers the server on s.
@@ -80,6 +113,8 @@ func Status(err error) error {
 		code, info.Reason = codes.NotFound, ReasonNotFound
 	case errors.Is(err, controller.ErrOwnerGone):
 		code, info.Reason = codes.FailedPrecondition, ReasonOwnerGone
+	case errors.Is(err, auth.ErrNoNode):
+		code, info.Reason = codes.PermissionDenied, ReasonNoNode
 	case errors.Is(err, auth.ErrForbidden):
 		code, info.Reason = codes.PermissionDenied, ReasonForbidden
 	case errors.Is(err, context.Canceled):
@@ -155,8 +190,8 @@ func slicesToProto(in []controller.Slice) []*apiv1.Slice {
 
 // AcquireJobVNI implements apiv1.ControllerServer.
 func (s *Server) AcquireJobVNI(ctx context.Context, req *apiv1.AcquireJobVNIRequest) (*apiv1.JobVNILease, error) {
-	if err := auth.CheckNode(ctx, req.GetNode()); err != nil {
-		return nil, Status(err)
+	if err := s.checkNode(ctx, "AcquireJobVNI", req.GetNode()); err != nil {
+		return nil, err
 	}
 	p := req.GetPod()
 	l, err := s.svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}, req.GetNode())
@@ -168,8 +203,8 @@ func (s *Server) AcquireJobVNI(ctx context.Context, req *apiv1.AcquireJobVNIRequ
 
 // ReleaseJobVNI implements apiv1.ControllerServer.
 func (s *Server) ReleaseJobVNI(ctx context.Context, req *apiv1.ReleaseJobVNIRequest) (*apiv1.JobVNILease, error) {
-	if err := auth.CheckNode(ctx, req.GetNode()); err != nil {
-		return nil, Status(err)
+	if err := s.checkNode(ctx, "ReleaseJobVNI", req.GetNode()); err != nil {
+		return nil, err
 	}
 	l, err := s.svc.ReleaseJobVNI(ctx, req.GetKey(), req.GetNode())
 	if err != nil {
@@ -187,8 +222,8 @@ func intField(name string, v uint32, max int) (int, error) {
 
 // AcquireSlices implements apiv1.ControllerServer.
 func (s *Server) AcquireSlices(ctx context.Context, req *apiv1.AcquireSlicesRequest) (*apiv1.NodeSlices, error) {
-	if err := auth.CheckNode(ctx, req.GetNode()); err != nil {
-		return nil, Status(err)
+	if err := s.checkNode(ctx, "AcquireSlices", req.GetNode()); err != nil {
+		return nil, err
 	}
 	count, err := intField("count", req.GetCount(), 1<<20)
 	if err != nil {
@@ -203,8 +238,8 @@ func (s *Server) AcquireSlices(ctx context.Context, req *apiv1.AcquireSlicesRequ
 
 // RenewSlices implements apiv1.ControllerServer.
 func (s *Server) RenewSlices(ctx context.Context, req *apiv1.RenewSlicesRequest) (*apiv1.RenewSlicesResponse, error) {
-	if err := auth.CheckNode(ctx, req.GetNode()); err != nil {
-		return nil, Status(err)
+	if err := s.checkNode(ctx, "RenewSlices", req.GetNode()); err != nil {
+		return nil, err
 	}
 	if len(req.GetUsage()) > 4096 {
 		return nil, Status(&controller.FieldError{Field: "usage", Reason: "more than 4096 entries"})
@@ -258,8 +293,8 @@ func vniList(field string, in []uint32) ([]uint16, error) {
 
 // ReleaseSlice implements apiv1.ControllerServer.
 func (s *Server) ReleaseSlice(ctx context.Context, req *apiv1.ReleaseSliceRequest) (*apiv1.ReleaseSliceResponse, error) {
-	if err := auth.CheckNode(ctx, req.GetNode()); err != nil {
-		return nil, Status(err)
+	if err := s.checkNode(ctx, "ReleaseSlice", req.GetNode()); err != nil {
+		return nil, err
 	}
 	idx, err := intField("index", req.GetIndex(), 1<<20)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
@@ -24,6 +25,12 @@ import (
 // serve runs svc behind a real gRPC server on loopback and returns a
 // client; run says whether to start the service (false keeps it loading).
 func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Service) {
+	t.Helper()
+	return serveWith(t, cfg, run, nil, opts...)
+}
+
+// serveWith is serve with options of the API server.
+func serveWith(t testing.TB, cfg controller.Config, run bool, srvOpts []Option, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Service) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
@@ -43,7 +50,7 @@ func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOpt
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(opts...)
-	NewServer(svc, time.Minute).Register(g)
+	NewServer(svc, time.Minute, srvOpts...).Register(g)
 	go g.Serve(lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -182,6 +189,105 @@ func TestNodeBinding(t *testing.T) {
 	if _, err := anon.ListVNIs(ctx, &apiv1.ListVNIsRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("anonymous: %v", err)
 	}
+}
+
+// Issue 15, item 8: every node-scoped call is bound to the node of the
+// caller's identity. A call for another node, or by an identity that names
+// no node at all, is refused with PermissionDenied and counted; only
+// auth.AllowUnbound (the controller's --allow-unbound-agents) lets an
+// identity without a node act for every node.
+func TestIssue15Item8NodeBinding(t *testing.T) {
+	calls := map[string]func(context.Context, apiv1.ControllerClient, string) error{
+		"AcquireJobVNI": func(ctx context.Context, c apiv1.ControllerClient, node string) error {
+			_, err := c.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{Pod: &apiv1.PodRef{Namespace: "a", Name: "p"}, Node: node})
+			return err
+		},
+		"ReleaseJobVNI": func(ctx context.Context, c apiv1.ControllerClient, node string) error {
+			_, err := c.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: "a/p", Node: node})
+			return err
+		},
+		"AcquireSlices": func(ctx context.Context, c apiv1.ControllerClient, node string) error {
+			_, err := c.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: node, Pool: "x", Count: 1})
+			return err
+		},
+		"RenewSlices": func(ctx context.Context, c apiv1.ControllerClient, node string) error {
+			_, err := c.RenewSlices(ctx, &apiv1.RenewSlicesRequest{Node: node})
+			return err
+		},
+		"ReleaseSlice": func(ctx context.Context, c apiv1.ControllerClient, node string) error {
+			_, err := c.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: node, Pool: "x"})
+			return err
+		},
+	}
+	bound := fixedAuth{auth.Identity{User: "agent", Node: "n1"}}
+	unbound := fixedAuth{auth.Identity{User: "agent"}}
+	tests := []struct {
+		name   string
+		authn  auth.Authenticator
+		node   string
+		reason string // ErrorInfo reason and metric label of a refusal; "" when allowed
+		label  string
+	}{
+		{"bound, own node", bound, "n1", "", ""},
+		{"bound, other node", bound, "n2", ReasonForbidden, "wrong_node"},
+		{"bound, empty node", bound, "", ReasonForbidden, "wrong_node"},
+		{"unbound", unbound, "n1", ReasonNoNode, "no_node"},
+		{"unbound, empty node", unbound, "", ReasonNoNode, "no_node"},
+		{"unbound, allowed for development", auth.AllowUnbound(unbound), "n2", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			c, _ := serveWith(t, controller.Config{}, true, []Option{WithRegisterer(reg)}, grpc.UnaryInterceptor(auth.UnaryInterceptor(tt.authn)))
+			for method, call := range calls {
+				err := call(t.Context(), c, tt.node)
+				if tt.reason == "" {
+					if status.Code(err) == codes.PermissionDenied {
+						t.Errorf("%s for %q: %v, want it allowed", method, tt.node, err)
+					}
+					continue
+				}
+				if status.Code(err) != codes.PermissionDenied || errorInfo(t, err).Reason != tt.reason {
+					t.Errorf("%s for %q: %v, want PermissionDenied/%s", method, tt.node, err, tt.reason)
+				}
+			}
+			for method := range calls {
+				want := 0.0
+				if tt.reason != "" {
+					want = 1
+				}
+				if got := refused(t, reg, method, tt.label); got != want {
+					t.Errorf("refusals of %s (%s) = %v, want %v", method, tt.label, got, want)
+				}
+			}
+		})
+	}
+}
+
+// refused reads slingshot_controller_grpc_node_refused_total{method,
+// reason} from reg; 0 when absent.
+func refused(t *testing.T, reg *prometheus.Registry, method, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "slingshot_controller_grpc_node_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["reason"] == reason {
+				v = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
 }
 
 func TestStatusMapping(t *testing.T) {
