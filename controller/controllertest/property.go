@@ -1,6 +1,7 @@
 package controllertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -45,62 +46,7 @@ func NoVNIHeldByTwoLiveJobs(t *testing.T, st store.Store, clients, cycles int) {
 	var wg sync.WaitGroup
 	var unexpected sync.Map
 	for c := range clients {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 42))
-			node := fmt.Sprintf("node-%d", c)
-			// The node holds most leases for a few cycles and some for
-			// up to a hundred, so that jobs are deleted while nodes hold
-			// them and their VNIs come round again meanwhile.
-			held := map[string]holding{}
-			release := func(name string) {
-				h := held[name]
-				delete(held, name)
-				if h.checked {
-					o.released(name) // before the call: from it on, the VNI may be freed
-				}
-				if _, err := svc.ReleaseJobVNI(ctx, h.key, node); err != nil {
-					unexpected.Store(err.Error(), err)
-				}
-			}
-			for i := range cycles {
-				if rng.IntN(20) == 0 {
-					old := Job(PropertyNamespace, o.replace(rng, jobs))
-					jobs.End(old)
-					if _, _, err := svc.FinalizeOwner(ctx, old, true); err != nil {
-						unexpected.Store(err.Error(), err)
-					}
-				}
-				name := o.pick(rng)
-				l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: PropertyNamespace, Name: name, UID: "pod-" + name}, node)
-				switch {
-				case errors.Is(err, controller.ErrOwnerGone):
-				case err != nil:
-					unexpected.Store(err.Error(), err)
-				default:
-					checked := o.acked(name, l.VNI)
-					if _, again := held[name]; again {
-						// A node holds a job once, however often it asks.
-						if checked {
-							o.released(name)
-						}
-						break
-					}
-					until := i + rng.IntN(4)
-					if rng.IntN(50) == 0 {
-						until = i + 20 + rng.IntN(80)
-					}
-					held[name] = holding{key: l.Key, checked: checked, until: until}
-				}
-				for _, name := range slices.Sorted(maps.Keys(held)) {
-					if held[name].until <= i {
-						release(name)
-					}
-				}
-			}
-			for _, name := range slices.Sorted(maps.Keys(held)) {
-				release(name)
-			}
-		})
+		wg.Go(func() { propertyClient(ctx, svc, o, jobs, c, cycles, &unexpected) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -108,8 +54,75 @@ func NoVNIHeldByTwoLiveJobs(t *testing.T, st store.Store, clients, cycles int) {
 	for _, err := range o.errs {
 		t.Error(err)
 	}
-	// Deleted jobs that no node holds are freed by a sweep (owner gone).
-	if err := svc.Sweep(ctx); err != nil {
+	leases := checkAllReleased(t, svc)
+	t.Logf("%d clients x %d cycles in %v (%.0f cycles/s); %d jobs; %d leases remain",
+		clients, cycles, elapsed.Round(time.Millisecond), float64(clients*cycles)/elapsed.Seconds(), o.nextJob, len(leases))
+}
+
+// propertyClient is client c of NoVNIHeldByTwoLiveJobs, on its own node.
+// The node holds most leases for a few cycles and some for up to a
+// hundred, so that jobs are deleted while nodes hold them and their VNIs
+// come round again meanwhile.
+func propertyClient(ctx context.Context, svc *controller.Service, o *oracle, jobs *Jobs, c, cycles int, unexpected *sync.Map) {
+	rng := rand.New(rand.NewPCG(uint64(c), 42))
+	node := fmt.Sprintf("node-%d", c)
+	held := map[string]holding{}
+	release := func(name string) {
+		h := held[name]
+		delete(held, name)
+		if h.checked {
+			o.released(name) // before the call: from it on, the VNI may be freed
+		}
+		if _, err := svc.ReleaseJobVNI(ctx, h.key, node); err != nil {
+			unexpected.Store(err.Error(), err)
+		}
+	}
+	for i := range cycles {
+		if rng.IntN(20) == 0 {
+			old := Job(PropertyNamespace, o.replace(rng, jobs))
+			jobs.End(old)
+			if _, _, err := svc.FinalizeOwner(ctx, old, true); err != nil {
+				unexpected.Store(err.Error(), err)
+			}
+		}
+		name := o.pick(rng)
+		l, err := svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: PropertyNamespace, Name: name, UID: "pod-" + name}, node)
+		switch {
+		case errors.Is(err, controller.ErrOwnerGone):
+		case err != nil:
+			unexpected.Store(err.Error(), err)
+		default:
+			checked := o.acked(name, l.VNI)
+			if _, again := held[name]; again {
+				// A node holds a job once, however often it asks.
+				if checked {
+					o.released(name)
+				}
+				break
+			}
+			until := i + rng.IntN(4)
+			if rng.IntN(50) == 0 {
+				until = i + 20 + rng.IntN(80)
+			}
+			held[name] = holding{key: l.Key, checked: checked, until: until}
+		}
+		for _, name := range slices.Sorted(maps.Keys(held)) {
+			if held[name].until <= i {
+				release(name)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(held)) {
+		release(name)
+	}
+}
+
+// checkAllReleased sweeps (deleted jobs that no node holds are freed,
+// their owner gone) and checks that no VNI is leased twice and no job
+// lease is still held; it returns the leases left.
+func checkAllReleased(t *testing.T, svc *controller.Service) []controller.Lease {
+	t.Helper()
+	if err := svc.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	leases, _, err := svc.ListLeases()
@@ -126,8 +139,7 @@ func NoVNIHeldByTwoLiveJobs(t *testing.T, st store.Store, clients, cycles int) {
 			t.Errorf("lease %s still held by %v after every release", l.Key, l.Nodes)
 		}
 	}
-	t.Logf("%d clients x %d cycles in %v (%.0f cycles/s); %d jobs; %d leases remain",
-		clients, cycles, elapsed.Round(time.Millisecond), float64(clients*cycles)/elapsed.Seconds(), o.nextJob, len(leases))
+	return leases
 }
 
 // oracle tracks what the test knows for sure about jobs and VNIs. A job is
