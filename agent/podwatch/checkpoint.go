@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // KubeletCheckpointName is the device manager's checkpoint file in the
@@ -96,6 +99,84 @@ func (c *Checkpoint) sameAs(o *Checkpoint) bool {
 	return c.known == o.known && maps.EqualFunc(c.devices, o.devices, func(x, y Allocation) bool {
 		return x.PodUID == y.PodUID && x.Container == y.Container
 	})
+}
+
+// checkpointReader reads the kubelet's device checkpoint and keeps the
+// newest read, each allocation marked with the clock of the read that
+// first found it.
+type checkpointReader struct {
+	path      string // "" for none: every read is unknown
+	resources []string
+	logger    *slog.Logger
+	clock     *atomic.Uint64 // the watcher's; ticked after every read
+
+	// mu makes reads one at a time, so that the kept one is the newest
+	// and the ticks follow the order of the reads. It guards lastKnown
+	// and failing, and the stores to last. The logger is the one call
+	// made under it, so that the unreadable and readable-again lines come
+	// in the order of the reads.
+	mu        sync.Mutex
+	lastKnown *Checkpoint // the last read that succeeded, for the seen marks
+	failing   bool        // the last read failed; logged once per failure
+
+	// last is the last read; loaded without mu by those that do not read.
+	last atomic.Pointer[Checkpoint]
+}
+
+func newCheckpointReader(path string, resources []string, logger *slog.Logger, clock *atomic.Uint64) *checkpointReader {
+	r := &checkpointReader{path: path, resources: resources, logger: logger, clock: clock}
+	r.lastKnown = &Checkpoint{known: true}
+	r.last.Store(unknownCheckpoint)
+	return r
+}
+
+// latest returns the last read.
+func (r *checkpointReader) latest() *Checkpoint { return r.last.Load() }
+
+// read reads the checkpoint, keeps it as the latest, and reports whether
+// it names other holders than the read before. A file that cannot be read
+// or parsed gives an unknown checkpoint, which proves nothing.
+func (r *checkpointReader) read() (ck *Checkpoint, changed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.last.Load()
+	ck = r.readFile()
+	// Ticked after the read: a List with a higher seq began after it.
+	tick := r.clock.Add(1)
+	if ck.known {
+		for key, a := range ck.devices {
+			if old, ok := r.lastKnown.devices[key]; ok && old.PodUID == a.PodUID && old.Container == a.Container {
+				a.seen = old.seen
+			} else {
+				a.seen = tick
+			}
+			ck.devices[key] = a
+		}
+		r.lastKnown = ck
+	}
+	r.last.Store(ck)
+	return ck, !ck.sameAs(prev)
+}
+
+// readFile reads and parses the file, logging when it becomes unreadable
+// and readable again. Called with mu held.
+func (r *checkpointReader) readFile() *Checkpoint {
+	if r.path == "" {
+		return unknownCheckpoint
+	}
+	ck, err := readKubeletCheckpoint(r.path, r.resources)
+	switch {
+	case err == nil:
+		if r.failing {
+			r.logger.Info("kubelet checkpoint readable again")
+		}
+		r.failing = false
+		return ck
+	case !r.failing:
+		r.logger.Warn("kubelet checkpoint unreadable; no pod is taken for gone until it is read", "err", err)
+		r.failing = true
+	}
+	return unknownCheckpoint
 }
 
 func deviceKey(resource, id string) string { return resource + "\x00" + id }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,7 +19,9 @@ import (
 
 // flight is one PodResources List and the callers that share it.
 type flight struct {
-	seq  uint64 // the watcher's clock when it began
+	// seq is the watcher's clock when it began. The caller that runs it
+	// sets it before it lists; the others read it once done is closed.
+	seq  uint64
 	done chan struct{}
 	// Set before done is closed.
 	snap *Snapshot
@@ -28,6 +31,34 @@ type flight struct {
 	abandoned bool
 }
 
+// flights coalesces the watcher's Lists: one runs at a time.
+type flights struct {
+	mu      sync.Mutex // guards running
+	running *flight
+}
+
+// join returns the running flight, or, when none runs, a new one that the
+// caller must run and then land: lead tells which.
+func (fs *flights) join() (f *flight, lead bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.running != nil {
+		return fs.running, false
+	}
+	fs.running = &flight{done: make(chan struct{})}
+	return fs.running, true
+}
+
+// land ends the running flight f with its result and wakes those that
+// wait for it; the next join starts another.
+func (fs *flights) land(f *flight, snap *Snapshot, err error, abandoned bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f.snap, f.err, f.abandoned = snap, err, abandoned
+	fs.running = nil
+	close(f.done)
+}
+
 // list returns the snapshot of a List that began at clock min or later.
 // One List runs at a time: a caller that finds one running that began
 // late enough shares its result; otherwise it waits for it to end and
@@ -35,15 +66,11 @@ type flight struct {
 // The caller that starts a List runs it on its own context.
 func (w *Watcher) list(ctx context.Context, min uint64) (*Snapshot, error) {
 	for {
-		w.flightMu.Lock()
-		f := w.running
-		if f == nil {
-			f = w.startLocked()
-			w.flightMu.Unlock()
+		f, lead := w.flights.join()
+		if lead {
 			w.fly(ctx, f)
 			return f.snap, f.err
 		}
-		w.flightMu.Unlock()
 		if w.onWait != nil {
 			w.onWait()
 		}
@@ -58,23 +85,16 @@ func (w *Watcher) list(ctx context.Context, min uint64) (*Snapshot, error) {
 	}
 }
 
-// startLocked begins a flight. The checkpoint read first marks every
-// allocation written before this List as seen before it.
-func (w *Watcher) startLocked() *flight {
-	w.readCheckpoint()
-	f := &flight{seq: w.clock.Add(1), done: make(chan struct{})}
-	w.running = f
-	return f
-}
-
+// fly runs the flight f that this caller leads. The checkpoint read first
+// marks every allocation written before this List as seen before it. The
+// seq is taken after that read, outside the flights' lock, and before the
+// List is sent: a caller that joined f while its seq was not yet set, and
+// whose clock is below it, asked before the List began, so f serves it.
 func (w *Watcher) fly(ctx context.Context, f *flight) {
+	w.readCheckpoint()
+	f.seq = w.clock.Add(1)
 	snap, err := w.listOnce(ctx, f.seq)
-	w.flightMu.Lock()
-	f.snap, f.err = snap, err
-	f.abandoned = err != nil && ctx.Err() != nil
-	w.running = nil
-	close(f.done)
-	w.flightMu.Unlock()
+	w.flights.land(f, snap, err, err != nil && ctx.Err() != nil)
 }
 
 // listOnce lists, reads the checkpoint for the pods' UIDs, keeps the
@@ -87,14 +107,7 @@ func (w *Watcher) listOnce(ctx context.Context, seq uint64) (*Snapshot, error) {
 	ck := w.readCheckpoint()
 	snap := buildSnapshot(resp, w.cfg.Resources, ck)
 	snap.seq = seq
-	w.mu.Lock()
-	changed := !snapshotsEqual(w.latest, snap)
-	if seq > w.latest.seq {
-		w.latest = snap
-	}
-	w.listed = true
-	w.mu.Unlock()
-	if changed {
+	if w.snapshots.keep(snap) {
 		w.announce()
 	}
 	w.nudgeLagging(snap, ck)
@@ -107,7 +120,7 @@ func (w *Watcher) listOnce(ctx context.Context, seq uint64) (*Snapshot, error) {
 func (w *Watcher) call(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
 	var resp *podresourcesv1.ListPodResourcesResponse
 	err := w.cfg.Retry.Do(ctx, func(ctx context.Context) error {
-		if err := w.pace(ctx); err != nil {
+		if err := w.pacer.wait(ctx); err != nil {
 			return err
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.cfg.ListTimeout)
@@ -145,14 +158,24 @@ func listResult(err error) ListResult {
 	}
 }
 
-// pace waits until MinListInterval has passed since the last List began.
-func (w *Watcher) pace(ctx context.Context) error {
-	w.paceMu.Lock()
-	defer w.paceMu.Unlock()
-	if err := backoff.Sleep(ctx, time.Until(w.lastList.Add(w.cfg.MinListInterval))); err != nil {
+// pacer spaces the Lists this watcher sends.
+type pacer struct {
+	interval time.Duration // MinListInterval
+
+	// mu guards last, and is held while a caller waits its turn, so that
+	// the turns of concurrent callers are taken one at a time.
+	mu   sync.Mutex
+	last time.Time // when the last List was let go
+}
+
+// wait waits until interval has passed since the last List was let go.
+func (p *pacer) wait(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := backoff.Sleep(ctx, time.Until(p.last.Add(p.interval))); err != nil {
 		return err
 	}
-	w.lastList = time.Now()
+	p.last = time.Now()
 	return nil
 }
 

@@ -18,7 +18,7 @@ type nudger struct {
 	policy backoff.Policy
 	now    func() time.Time
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards state
 	state map[string]*nudgeState
 }
 
@@ -27,29 +27,40 @@ type nudgeState struct {
 	next time.Time // no nudge before
 }
 
-// check nudges resource when it lags and its wait has passed.
+// check nudges resource when it lags and its wait has passed. The clock
+// is read, and the nudge sent, outside mu: both may take locks of their
+// own.
 func (n *nudger) check(resource string, lagging bool) {
 	if n.fn == nil {
 		return
 	}
+	var now time.Time
+	if lagging {
+		now = n.now()
+	}
+	if n.due(resource, lagging, now) {
+		n.fn(resource)
+	}
+}
+
+// due records that resource lags, or no longer does, at now, and reports
+// whether a nudge is due.
+func (n *nudger) due(resource string, lagging bool, now time.Time) bool {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if !lagging {
 		delete(n.state, resource)
-		n.mu.Unlock()
-		return
+		return false
 	}
 	st := n.state[resource]
 	if st == nil {
 		st = &nudgeState{}
 		n.state[resource] = st
 	}
-	now := n.now()
 	if now.Before(st.next) {
-		n.mu.Unlock()
-		return
+		return false
 	}
 	st.sent++
 	st.next = now.Add(n.policy.Delay(st.sent))
-	n.mu.Unlock()
-	n.fn(resource)
+	return true
 }

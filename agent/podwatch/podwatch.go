@@ -193,32 +193,58 @@ const (
 
 // Watcher keeps the latest [Snapshot] and the kubelet's device checkpoint,
 // and tells when a pod is gone. Its methods are safe for concurrent use.
+//
+// Each part that callers share has its own lock, named for what it
+// guards, and none takes another's lock while it holds its own:
+// snapshots (the latest List), checkpoints (the newest checkpoint read),
+// flights (the running List), pacer (the time of the last List) and
+// nudges (the pacing of each resource's nudges). The Watcher's methods
+// call them one after the other.
 type Watcher struct {
 	cfg     Config
-	path    string // the kubelet checkpoint; "" for none
 	changes chan struct{}
-	nudges  *nudger
 
 	// clock orders checkpoint reads and List starts: a List whose seq is
-	// above a read's tick began after that read.
+	// above a read's tick began after that read. The checkpoint reader
+	// ticks it after each read, under its lock so that the ticks follow
+	// the reads; a List takes its seq after its own read and before it is
+	// sent (see fly).
 	clock atomic.Uint64
 
-	mu     sync.Mutex
-	latest *Snapshot
-	listed bool // a List has succeeded
-
-	ckMu      sync.Mutex // one checkpoint read at a time, so the kept one is the newest
-	ck        atomic.Pointer[Checkpoint]
-	lastKnown *Checkpoint // guarded by ckMu
-	ckFailing bool        // guarded by ckMu
-
-	flightMu sync.Mutex
-	running  *flight
-
-	paceMu   sync.Mutex
-	lastList time.Time
+	snapshots   snapshots
+	checkpoints *checkpointReader
+	flights     flights
+	pacer       pacer
+	nudges      *nudger
 
 	onWait func() // tests: a caller waits for a running List
+}
+
+// snapshots holds the latest snapshot listed.
+type snapshots struct {
+	mu     sync.Mutex // guards latest and listed
+	latest *Snapshot
+	listed bool // a List has succeeded
+}
+
+// get returns the latest snapshot and whether any List has succeeded.
+func (s *snapshots) get() (*Snapshot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest, s.listed
+}
+
+// keep keeps snap unless a List that began later is kept already, and
+// reports whether snap differs from the snapshot it found.
+func (s *snapshots) keep(snap *Snapshot) (changed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed = !snapshotsEqual(s.latest, snap)
+	if snap.seq > s.latest.seq {
+		s.latest = snap
+	}
+	s.listed = true
+	return changed
 }
 
 // New returns a Watcher; [Watcher.Run] drives it.
@@ -241,12 +267,14 @@ func New(cfg Config) *Watcher {
 	if cfg.OnList == nil {
 		cfg.OnList = func(ListResult, time.Duration) {}
 	}
-	w := &Watcher{cfg: cfg, changes: make(chan struct{}, 1), latest: &Snapshot{Pods: map[string]*Pod{}}}
+	w := &Watcher{cfg: cfg, changes: make(chan struct{}, 1)}
+	w.snapshots.latest = &Snapshot{Pods: map[string]*Pod{}}
+	path := ""
 	if cfg.PluginDir != "" {
-		w.path = filepath.Join(cfg.PluginDir, KubeletCheckpointName)
+		path = filepath.Join(cfg.PluginDir, KubeletCheckpointName)
 	}
-	w.ck.Store(unknownCheckpoint)
-	w.lastKnown = &Checkpoint{known: true}
+	w.checkpoints = newCheckpointReader(path, cfg.Resources, cfg.Logger, &w.clock)
+	w.pacer.interval = cfg.MinListInterval
 	w.nudges = &nudger{fn: cfg.Nudge, policy: cfg.NudgeBackoff, now: cfg.Now, state: map[string]*nudgeState{}}
 	return w
 }
@@ -265,13 +293,12 @@ func (w *Watcher) announce() {
 
 // Latest returns the last snapshot listed. It must not be modified.
 func (w *Watcher) Latest() *Snapshot {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.latest
+	snap, _ := w.snapshots.get()
+	return snap
 }
 
 // Checkpoint returns the kubelet's device checkpoint as last read.
-func (w *Watcher) Checkpoint() *Checkpoint { return w.ck.Load() }
+func (w *Watcher) Checkpoint() *Checkpoint { return w.checkpoints.latest() }
 
 // Refresh returns the snapshot of a List that began after Refresh was
 // called: the one it starts, or, while another List runs, the next one,
@@ -286,10 +313,8 @@ func (w *Watcher) Refresh(ctx context.Context) (*Snapshot, error) {
 // cannot be read, nothing is gone: an empty, short or failed read proves
 // nothing.
 func (w *Watcher) Gone(h Holder) bool {
-	w.mu.Lock()
-	snap, listed := w.latest, w.listed
-	w.mu.Unlock()
-	ck := w.ck.Load()
+	snap, listed := w.snapshots.get()
+	ck := w.checkpoints.latest()
 	return listed && ck.known && !snap.names(h) && !ck.names(h)
 }
 
@@ -422,39 +447,8 @@ func (w *Watcher) checkpointChanged(ctx context.Context) {
 // latest and announces a change of what it names. A file that cannot be
 // read or parsed gives an unknown checkpoint, which proves nothing.
 func (w *Watcher) readCheckpoint() *Checkpoint {
-	w.ckMu.Lock()
-	defer w.ckMu.Unlock()
-	prev := w.ck.Load()
-	ck := unknownCheckpoint
-	if w.path != "" {
-		c, err := readKubeletCheckpoint(w.path, w.cfg.Resources)
-		switch {
-		case err == nil:
-			ck = c
-			if w.ckFailing {
-				w.cfg.Logger.Info("kubelet checkpoint readable again")
-			}
-			w.ckFailing = false
-		case !w.ckFailing:
-			w.cfg.Logger.Warn("kubelet checkpoint unreadable; no pod is taken for gone until it is read", "err", err)
-			w.ckFailing = true
-		}
-	}
-	// Ticked after the read: a List with a higher seq began after it.
-	tick := w.clock.Add(1)
-	if ck.known {
-		for key, a := range ck.devices {
-			if old, ok := w.lastKnown.devices[key]; ok && old.PodUID == a.PodUID && old.Container == a.Container {
-				a.seen = old.seen
-			} else {
-				a.seen = tick
-			}
-			ck.devices[key] = a
-		}
-		w.lastKnown = ck
-	}
-	w.ck.Store(ck)
-	if !ck.sameAs(prev) {
+	ck, changed := w.checkpoints.read()
+	if changed {
 		w.announce()
 	}
 	return ck
