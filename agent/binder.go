@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
-	"github.com/slingshot-k8s/slingshot/internal/atomicfile"
 )
 
 // serviceDriver is what the pod path needs of one NIC's CXI services;
@@ -95,8 +92,7 @@ type nic struct {
 // Its state lives in three places, each with one job: the store (the
 // durable record of each pod's lease, services and devices), the holds
 // (which local pods hold each controller lease) and the NICs (fixed at
-// start). The locks below order the steps of one pod, or of one
-// allocation's files; none guards data.
+// start). Its one lock orders the steps of one pod and guards no data.
 type binder struct {
 	node     string
 	resource string
@@ -105,24 +101,22 @@ type binder struct {
 	devNIC   map[string]string // NIC resource device ID → NIC name
 	// resolve maps each served resource's device IDs to the NICs they
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
-	resolve  map[string]func(ids []string) ([]*nic, error)
-	leaser   vniLeaser
-	holds    *leaseHolds
-	pods     podFinder
-	netns    netnsFinder
-	ns       nsHolds
-	cdi      *cdispec.Writer // nil when CDI is off
-	allocDir string          // per-allocation directories
-	store    *checkpoint.Store
-	metrics  *metrics
-	now      func() time.Time
-	pol      atomic.Pointer[policy]
+	resolve map[string]func(ids []string) ([]*nic, error)
+	leaser  vniLeaser
+	holds   *leaseHolds
+	pods    podFinder
+	netns   netnsFinder
+	ns      nsHolds
+	files   *allocFiles
+	store   *checkpoint.Store
+	metrics *metrics
+	now     func() time.Time
+	pol     atomic.Pointer[policy]
 
-	podLocks keyedMutex // one bind or cleanup per pod at a time
-	// allocLocks orders the writes and removals of one allocation's files
-	// (by cdispec.AllocationKey), which pods holding the same devices one
-	// after the other share.
-	allocLocks keyedMutex
+	// podLocks orders the steps of one pod: one bind or cleanup at a
+	// time. An allocation's files have their own order (allocFiles),
+	// always taken after the pod's.
+	podLocks keyedMutex
 
 	cleaning sync.Map // pod key → struct{}: cleanups in flight
 }
@@ -470,38 +464,10 @@ const (
 	EnvTCs     = "SLINGSHOT_TCS"
 )
 
-// EnvFileName is the file in the per-container directory that holds the
-// late-bound environment.
-const EnvFileName = "slingshot.env"
-
 // publish writes the late-bound values where the container will find
 // them: the per-allocation env file and the CDI spec.
 func (b *binder) publish(ids []string, entry checkpoint.Pod, nics []*nic) error {
-	key := cdispec.AllocationKey(ids)
-	unlock := b.allocLocks.Lock(key)
-	defer unlock()
-	env := b.envFor(entry, nics)
-
-	dir := filepath.Join(b.allocDir, key)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("per-container directory: %w", err)
-	}
-	var content strings.Builder
-	for _, kv := range env {
-		content.WriteString(kv + "\n")
-	}
-	// Atomic but not synced: after a power loss the container is gone too,
-	// and a restart republishes.
-	if err := atomicfile.Replace(filepath.Join(dir, EnvFileName), []byte(content.String()), 0o644); err != nil {
-		return fmt.Errorf("publish environment: %w", err)
-	}
-	if b.cdi != nil {
-		// Only the environment: Allocate already mapped the device nodes.
-		if err := b.cdi.Write(key, cdispec.Edits{Env: env}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.files.publish(cdispec.AllocationKey(ids), b.envFor(entry, nics))
 }
 
 // envFor returns the SLINGSHOT_* environment of a container using nics.

@@ -163,9 +163,9 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		node: "n1", resource: res, logger: testLogger(t),
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},
 		resolve: map[string]func([]string) ([]*nic, error){},
-		leaser:  leaser, pods: r.pods, netns: netns, cdi: cdiw,
-		allocDir: filepath.Join(dir, "containers"),
-		metrics:  m, now: time.Now,
+		leaser:  leaser, pods: r.pods, netns: netns,
+		files:   &allocFiles{dir: filepath.Join(dir, "containers"), cdi: cdiw},
+		metrics: m, now: time.Now,
 	}
 	b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses})
 	fastRetry := backoff.Policy{Initial: time.Millisecond, Attempts: 3, Wait: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
@@ -201,7 +201,7 @@ func (r *rig) services(t testing.TB, nicName string) []cxi.Service {
 
 func (r *rig) envFile(t *testing.T, ids ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(r.b.allocDir, cdispec.AllocationKey(ids), EnvFileName))
+	b, err := os.ReadFile(filepath.Join(r.b.files.dir, cdispec.AllocationKey(ids), EnvFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestCleanupAfterPodExit(t *testing.T) {
 	if !slices.Equal(r.leaser.released, []string{"ns/a"}) {
 		t.Fatalf("released = %v, want [ns/a]", r.leaser.released)
 	}
-	if _, err := os.Stat(filepath.Join(r.b.allocDir, cdispec.AllocationKey([]string{dev0}))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(r.b.files.dir, cdispec.AllocationKey([]string{dev0}))); !os.IsNotExist(err) {
 		t.Fatalf("per-container directory of the exited pod remains: %v", err)
 	}
 	if specs, _ := os.ReadDir(cdiDir); len(specs) != 1 {
@@ -487,7 +487,7 @@ func TestAllocateResponse(t *testing.T) {
 		t.Fatalf("devices = %v", resp.Devices)
 	}
 	key := cdispec.AllocationKey([]string{dev0, dev1})
-	if len(resp.Mounts) != 1 || resp.Mounts[0].HostPath != filepath.Join(r.b.allocDir, key) || !resp.Mounts[0].ReadOnly {
+	if len(resp.Mounts) != 1 || resp.Mounts[0].HostPath != filepath.Join(r.b.files.dir, key) || !resp.Mounts[0].ReadOnly {
 		t.Fatalf("mounts = %v", resp.Mounts)
 	}
 	if len(resp.CdiDevices) != 1 || resp.CdiDevices[0].Name != res+"="+key {

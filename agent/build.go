@@ -128,7 +128,7 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		devNIC:   map[string]string{},
 		resolve:  map[string]func([]string) ([]*nic, error){},
 		netns:    handles{finder},
-		allocDir: allocDir,
+		files:    &allocFiles{dir: allocDir},
 		metrics:  a.m,
 		now:      time.Now,
 	}
@@ -146,7 +146,7 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.b.cdi = w
+		a.b.files.cdi = w
 	}
 	return nil
 }

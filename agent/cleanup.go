@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -137,24 +135,18 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 // now. A PreStart records the devices before it publishes, under the same
 // allocation lock.
 func (b *binder) removeAllocation(podKey, allocKey string) {
-	unlock := b.allocLocks.Lock(allocKey)
-	defer unlock()
-	inUse := false
-	for _, p := range b.store.Pods() {
-		for _, ids := range p.DeviceIDs {
-			inUse = inUse || p.Key() != podKey && cdispec.AllocationKey(ids) == allocKey
+	inUse := func() bool {
+		for _, p := range b.store.Pods() {
+			for _, ids := range p.DeviceIDs {
+				if p.Key() != podKey && cdispec.AllocationKey(ids) == allocKey {
+					return true
+				}
+			}
 		}
+		return false
 	}
-	if inUse {
-		return
-	}
-	if err := os.RemoveAll(filepath.Join(b.allocDir, allocKey)); err != nil {
-		b.logger.Warn("remove per-container directory", "err", err)
-	}
-	if b.cdi != nil {
-		if err := b.cdi.Remove(allocKey); err != nil {
-			b.logger.Warn("remove CDI spec", "err", err)
-		}
+	if err := b.files.remove(allocKey, inUse); err != nil {
+		b.logger.Warn("remove the files of a gone pod's allocation", "pod", podKey, "err", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +67,7 @@ func (b *binder) addSlingshot(resp *pluginapi.ContainerAllocateResponse, ids []s
 	resp.Envs[EnvTCs] = b.policy().tcs.String()
 	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
 		ContainerPath: ContainerDir,
-		HostPath:      filepath.Join(b.allocDir, key),
+		HostPath:      b.files.hostPath(key),
 		ReadOnly:      true,
 	})
 	for _, n := range nics {
@@ -78,8 +77,8 @@ func (b *binder) addSlingshot(resp *pluginapi.ContainerAllocateResponse, ids []s
 			Permissions:   "rw",
 		})
 	}
-	if b.cdi != nil {
-		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: b.cdi.DeviceName(key)})
+	if name, ok := b.files.cdiDevice(key); ok {
+		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: name})
 	}
 }
 
