@@ -2,8 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
-	"strings"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -69,14 +70,31 @@ func TestLostLeadershipExits(t *testing.T) {
 	select {
 	case err := <-r.exited:
 		r.exited <- err // for the cleanup
-		if err == nil {
-			t.Fatalf("r0 exited with status 0 after losing leadership; want an error")
+		// Status 1 is the program's error return; a crash, a flag error
+		// or a signal ends it otherwise.
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("r0 ended with %v after losing leadership; want exit status 1; log:\n%s", err, logs.String())
 		}
 		t.Logf("r0 exited %v after the Lease was taken: %v", time.Since(stolen).Round(time.Millisecond), err)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("r0 still runs 30s after its Lease was taken; log:\n%s", logs.String())
 	}
-	if !strings.Contains(logs.String(), "leadership lost") {
-		t.Errorf("r0's log does not say leadership lost:\n%s", logs.String())
+	// On its way out r0 must leave the Lease to its new holder: releasing
+	// or renewing it would hand the leadership back to nobody, or to r0.
+	l, err := leases.Get(ctx, "slingshot-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if h := l.Spec.HolderIdentity; h == nil || *h != "intruder" {
+		t.Errorf("Lease holder after r0 exited = %v, want intruder; log:\n%s", ptrString(h), logs.String())
+	}
+}
+
+// ptrString prints a *string, "<nil>" for nil.
+func ptrString(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%q", *p)
 }
