@@ -386,7 +386,7 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 		spec := cxi.ServiceSpec{VNIs: []uint16{entry.VNI}, Members: []cxi.Member{member}, TCs: pol.tcs, Limits: pol.limits}
 		svc, err := n.drv.Create(ctx, spec)
 		if err != nil {
-			b.metrics.serviceErrors.WithLabelValues(n.name, "create").Inc()
+			b.metrics.serviceErrors.WithLabelValues(n.name, createOp(err)).Inc()
 			return created, fmt.Errorf("create service on %s for %s: %w", n.name, key, err)
 		}
 		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: []uint16{entry.VNI}}
@@ -397,6 +397,17 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 		})
 	}
 	return created, nil
+}
+
+// createOp is the op label of a failed Create in serviceErrors:
+// "create_conflict" when another service's VNI range holds the pod's VNI
+// (the error names that service; retrying cannot help until its owner
+// removes it), "create" otherwise.
+func createOp(err error) string {
+	if _, ok := errors.AsType[*cxi.ConflictError](err); ok {
+		return "create_conflict"
+	}
+	return "create"
 }
 
 // checkService reports whether a recorded service can be kept: it is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ type Device interface {
 	EnableService(id uint32, enable bool) error
 	SetNetns(id, inode uint32) error
 	GetNetns(id uint32) (uint32, error)
+	GetVNIRange(id uint32) (vniMin, vniMax uint32, err error)
 }
 
 // DefaultDestroyRetry is the policy [Client.Destroy] retries EBUSY with
@@ -97,9 +99,9 @@ func NewClient(dev Device, opts ...Option) *Client {
 //
 // Errors wrap ErrInvalidSpec (nothing was sent), or are an *AllocError
 // matching ErrNoResources (ENOSPC, with the driver's fail info), or wrap
-// ErrExists (EEXIST: a VNI in another service's VNI range, or the netns
-// already admitted), or wrap the driver's errno (EPERM without
-// CAP_SYS_ADMIN or on a VF).
+// ErrExists (EEXIST: a VNI in another service's VNI range, then as a
+// *ConflictError naming that service, or the netns already admitted), or
+// wrap the driver's errno (EPERM without CAP_SYS_ADMIN or on a VF).
 func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) {
 	if err := spec.Validate(); err != nil {
 		return Service{}, err
@@ -113,8 +115,11 @@ func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) 
 	}
 	id, fail, err := c.dev.AllocService(spec.desc(limits))
 	if err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
+		switch {
+		case errors.Is(err, syscall.ENOSPC):
 			return Service{}, fmt.Errorf("create service: %w", &AllocError{Fail: fail, Err: err})
+		case errors.Is(err, syscall.EEXIST):
+			return Service{}, fmt.Errorf("create service: %w", c.conflict(ctx, spec.VNIs, err))
 		}
 		return Service{}, fmt.Errorf("create service: %w", classify(err))
 	}
@@ -236,9 +241,40 @@ func (c *Client) get(id uint32) (Service, error) {
 	return svc, nil
 }
 
-// complete converts a descriptor and adds its netns member.
+// conflict explains an EEXIST from SVC_ALLOC: the services whose VNI
+// range holds one of vnis. The list is read after the refusal, so it may
+// have changed since; the error then names none. It lists even when ctx
+// has ended since the refusal: the driver answers at once, and the error
+// is worth more with the name.
+func (c *Client) conflict(ctx context.Context, vnis []uint16, err error) *ConflictError {
+	ce := &ConflictError{VNIs: slices.Clone(vnis), Err: err}
+	svcs, lerr := c.List(context.WithoutCancel(ctx))
+	if lerr != nil {
+		ce.ListErr = lerr
+		return ce
+	}
+	for _, s := range svcs {
+		if slices.ContainsFunc(vnis, s.BlocksVNI) {
+			ce.Conflicts = append(ce.Conflicts, s)
+		}
+	}
+	return ce
+}
+
+// complete converts a descriptor and adds its netns member and VNI range.
 func (c *Client) complete(d uapi.SvcDesc) (Service, error) {
 	svc := serviceFrom(d)
+	if !d.RestrictedVNIs && d.NumVldVNIs > 0 {
+		lo, hi, err := c.dev.GetVNIRange(d.SvcID)
+		switch {
+		case err == nil && lo <= hi && hi <= 0xffff:
+			svc.VNIRange = &VNIRange{Min: uint16(lo), Max: uint16(hi)}
+		case err == nil, errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOENT):
+			// No range (setting it failed), or the service is gone.
+		default:
+			return Service{}, fmt.Errorf("read VNI range of service %d: %w", d.SvcID, err)
+		}
+	}
 	if !mayHaveNetns(d) {
 		return svc, nil
 	}

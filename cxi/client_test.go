@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,22 @@ func newSim(t testing.TB, dir string, opts sim.Options) (*sim.Device, *uapi.Devi
 	}
 	t.Cleanup(func() { s.Close() })
 	return s, uapi.NewDevice(s)
+}
+
+// ours drops the services a booted node has before any client makes one:
+// the default service and the system services (cxi_eth's).
+func ours(svcs []Service) []Service {
+	return slices.DeleteFunc(svcs, func(s Service) bool { return s.IsDefault() || s.System })
+}
+
+// simOurs is [ours] for the simulated driver's own view.
+func simOurs(t testing.TB, s *sim.Device) []sim.Service {
+	t.Helper()
+	svcs, err := s.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(svcs, func(s sim.Service) bool { return s.Desc.SvcID == DefaultServiceID || s.Desc.IsSystemSvc })
 }
 
 // countingDevice counts the calls that reach the driver and can fail
@@ -106,19 +123,19 @@ func TestCreateUIDService(t *testing.T) {
 	}
 	def := DefaultLimits()
 	want := Service{
-		ID: 2, Enabled: true, RestrictedVNIs: true, VNIs: []uint16{1024, 2048},
+		ID: 3, Enabled: true, RestrictedVNIs: true, VNIs: []uint16{1024, 2048},
 		RestrictedMembers: true, Members: spec.Members, RestrictedTCs: true, TCs: 0xa, Limits: &def,
 	}
 	if !equalService(svc, want) {
 		t.Fatalf("Create =\n%+v\nwant\n%+v", svc, want)
 	}
 	// The default limits reserve no pool.
-	svcs, _ := s.Services()
-	if got := svcs[1]; got.TLEPool != 0 || got.LEPool != 0 || got.Desc.Limits[uapi.RsrcTLE] != (uapi.Limits{}) {
+	svcs := simOurs(t, s)
+	if got := svcs[0]; got.TLEPool != 0 || got.LEPool != 0 || got.Desc.Limits[uapi.RsrcTLE] != (uapi.Limits{}) {
 		t.Fatalf("driver holds %+v", got)
 	}
-	if !slices.Equal(svcs[1].UIDs, []uint32{1000}) || !slices.Equal(svcs[1].GIDs, []uint32{100}) || svcs[1].Open {
-		t.Fatalf("driver ACL %+v", svcs[1])
+	if !slices.Equal(svcs[0].UIDs, []uint32{1000}) || !slices.Equal(svcs[0].GIDs, []uint32{100}) || svcs[0].Open {
+		t.Fatalf("driver ACL %+v", svcs[0])
 	}
 }
 
@@ -141,9 +158,9 @@ func TestCreateNetnsService(t *testing.T) {
 	if !svc.Enabled || !slices.Equal(svc.Members, []Member{{MemberNetNS, podNetns}}) || svc.TCs != TCBestEffort {
 		t.Fatalf("Create = %+v", svc)
 	}
-	svcs, _ := s.Services()
-	if !slices.Equal(svcs[1].NetNS, []uint32{podNetns}) || len(svcs[1].UIDs) != 0 || svcs[1].Open || svcs[1].RMUEntries != 1 {
-		t.Fatalf("driver holds %+v", svcs[1])
+	svcs := simOurs(t, s)
+	if len(svcs) != 1 || !slices.Equal(svcs[0].NetNS, []uint32{podNetns}) || len(svcs[0].UIDs) != 0 || svcs[0].Open || svcs[0].RMUEntries != 1 {
+		t.Fatalf("driver holds %+v", svcs)
 	}
 }
 
@@ -219,9 +236,10 @@ func TestCreateDriverRules(t *testing.T) {
 			},
 		},
 		{
-			name: "fifteen LE-reserving services fill the LE pools",
+			// Pool 0 is shared and cxi_eth's service holds one: 14 are left.
+			name: "fourteen LE-reserving services fill the LE pools",
 			setup: func(t *testing.T, c *Client) {
-				for i := range 15 {
+				for i := range 14 {
 					s := uidSpec(uint16(1024 + i))
 					s.Limits = &withLEs
 					mustCreate(t, c, s)
@@ -230,7 +248,7 @@ func TestCreateDriverRules(t *testing.T) {
 			spec: ServiceSpec{VNIs: []uint16{2000}, Members: []Member{{MemberUID, 1}}, TCs: 1, Limits: &withLEs},
 			check: func(t *testing.T, err error) {
 				var ae *AllocError
-				if !errors.As(err, &ae) || !ae.Fail.NoLEPools || ae.Fail.RsrcAvail[uapi.RsrcLE] != 16384-15*16 {
+				if !errors.As(err, &ae) || !ae.Fail.NoLEPools || ae.Fail.RsrcAvail[uapi.RsrcLE] != 16384-660-14*16 {
 					t.Fatalf("err = %v, want an AllocError with no_le_pools", err)
 				}
 			},
@@ -340,6 +358,13 @@ func TestCreateOverlappingAVNIRangeIsErrExists(t *testing.T) {
 			if !errors.Is(err, ErrExists) || !errors.Is(err, unix.EEXIST) || errors.Is(err, ErrNoResources) {
 				t.Fatalf("Create: %v, want ErrExists wrapping EEXIST", err)
 			}
+			// The error names the service whose range is in the way.
+			var ce *ConflictError
+			want := fmt.Sprintf("service %d (VNI range 1024-2047, members uid=2000)", id)
+			if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].ID != id ||
+				*ce.Conflicts[0].VNIRange != (VNIRange{1024, 2047}) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Create: %v, want a ConflictError naming %s", err, want)
+			}
 			if after, _ := s.Services(); len(after) != len(before) {
 				t.Fatalf("a refused Create left %d services, had %d", len(after), len(before))
 			}
@@ -379,8 +404,8 @@ func TestCreateCleansUp(t *testing.T) {
 			if !errors.Is(err, injected) {
 				t.Fatalf("Create: %v, want the injected error", err)
 			}
-			if svcs, _ := s.Services(); len(svcs) != 1 {
-				t.Fatalf("%d services left, want only the default", len(svcs))
+			if svcs := simOurs(t, s); len(svcs) != 0 {
+				t.Fatalf("%d services left, want none", len(svcs))
 			}
 		})
 	}
@@ -400,7 +425,7 @@ func TestCreateCleansUp(t *testing.T) {
 		if !errors.Is(err, injected) || !errors.Is(err, destroyErr) {
 			t.Fatalf("Create: %v, want both errors", err)
 		}
-		if svcs, _ := s.Services(); len(svcs) != 2 {
+		if svcs := simOurs(t, s); len(svcs) != 1 {
 			t.Fatalf("%d services, want the leaked one reported", len(svcs))
 		}
 	})
@@ -425,8 +450,8 @@ func TestCreateCleansUp(t *testing.T) {
 		if !errors.Is(err, unix.ENOSPC) {
 			t.Fatalf("Create: %v, want ENOSPC from the enable", err)
 		}
-		if svcs, _ := s.Services(); len(svcs) != 1+255+1 {
-			t.Fatalf("%d services, want %d", len(svcs), 1+255+1)
+		if svcs := simOurs(t, s); len(svcs) != 255+1 {
+			t.Fatalf("%d services, want %d", len(svcs), 255+1)
 		}
 	})
 }
@@ -546,7 +571,7 @@ func TestListAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(svcs) != 3 {
+	if len(svcs) != 4 || len(ours(slices.Clone(svcs))) != 2 {
 		t.Fatalf("List = %+v", svcs)
 	}
 	def := svcs[0]
@@ -555,8 +580,8 @@ func TestListAndGet(t *testing.T) {
 		def.Limits.TLEs != (Limit{Max: 512, Res: 512}) {
 		t.Fatalf("default service = %+v (limits %+v)", def, def.Limits)
 	}
-	if !equalService(svcs[1], uid) || !equalService(svcs[2], ns) {
-		t.Fatalf("List =\n%+v\n%+v\nwant\n%+v\n%+v", svcs[1], svcs[2], uid, ns)
+	if mine := ours(svcs); !equalService(mine[0], uid) || !equalService(mine[1], ns) {
+		t.Fatalf("List =\n%+v\n%+v\nwant\n%+v\n%+v", mine[0], mine[1], uid, ns)
 	}
 	got, err := c.Get(t.Context(), ns.ID)
 	if err != nil || !equalService(got, ns) {
@@ -579,7 +604,7 @@ func TestListAndGet(t *testing.T) {
 // holds service 2, a system service with an LNI on it, so a client sees it
 // in List and cannot destroy it; the client's own services come after it.
 func TestListShowsTheEthernetService(t *testing.T) {
-	_, dev := newSim(t, t.TempDir(), sim.Options{EthernetService: true, NoSync: true})
+	_, dev := newSim(t, t.TempDir(), sim.Options{NoSync: true})
 	w := &waits{}
 	c := NewClient(dev, WithDestroyRetry(backoff.Policy{Initial: time.Second, Attempts: 2, Wait: w.wait}))
 	mine := mustCreate(t, c, uidSpec(1024))
@@ -617,13 +642,13 @@ func TestRestartRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(svcs) != 2 || !equalService(svcs[1], made) {
+	if mine := ours(svcs); len(mine) != 1 || !equalService(mine[0], made) {
 		t.Fatalf("after restart: %+v", svcs)
 	}
 	if err := c2.Destroy(t.Context(), made.ID); err != nil {
 		t.Fatal(err)
 	}
-	if svcs, _ := c2.List(t.Context()); len(svcs) != 1 {
+	if svcs, _ := c2.List(t.Context()); len(ours(svcs)) != 0 {
 		t.Fatalf("after cleanup: %+v", svcs)
 	}
 }
@@ -667,7 +692,7 @@ func TestConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if svcs, err := shared.List(t.Context()); err != nil || len(svcs) != 1 {
-		t.Fatalf("left %d services, %v", len(svcs), err)
+	if svcs, err := shared.List(t.Context()); err != nil || len(ours(svcs)) != 0 {
+		t.Fatalf("left %d services, %v", len(ours(svcs)), err)
 	}
 }

@@ -3,6 +3,7 @@ package cxi
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
@@ -61,3 +62,62 @@ func (e *AllocError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrNoResources.
 func (e *AllocError) Is(target error) bool { return target == ErrNoResources }
+
+// ConflictError is the error of a Create the driver refused with EEXIST
+// because a VNI of the spec lies in another service's VNI range. The
+// agent's own services never cause it (they list exact VNIs, which
+// services may share); a range another tool set on the NIC does. It
+// matches ErrExists and unwraps to the driver's error.
+type ConflictError struct {
+	// VNIs are the spec's VNIs.
+	VNIs []uint16
+	// Conflicts are the services whose range holds one of VNIs, as listed
+	// after the refusal; empty when the list could not be read or no
+	// longer shows one.
+	Conflicts []Service
+	// ListErr is why the list could not be read, if it could not.
+	ListErr error
+	// Err is the driver's error (wrapping EEXIST).
+	Err error
+}
+
+// Error names the conflicting services and their ranges.
+func (e *ConflictError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: VNIs %v", ErrExists, e.VNIs)
+	switch {
+	case len(e.Conflicts) > 0:
+		parts := make([]string, 0, len(e.Conflicts))
+		for _, s := range e.Conflicts {
+			parts = append(parts, fmt.Sprintf("service %d (VNI range %s, %s)", s.ID, s.VNIRange, membersString(s)))
+		}
+		fmt.Fprintf(&b, " overlap the VNI range of %s", strings.Join(parts, ", "))
+	case e.ListErr != nil:
+		fmt.Fprintf(&b, " overlap another service's VNI range (which one is unknown: %v)", e.ListErr)
+	default:
+		b.WriteString(" overlap another service's VNI range (no longer listed)")
+	}
+	fmt.Fprintf(&b, ": %v", e.Err)
+	return b.String()
+}
+
+// Unwrap returns the driver's error.
+func (e *ConflictError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrExists.
+func (e *ConflictError) Is(target error) bool { return target == ErrExists }
+
+// membersString describes who a service admits.
+func membersString(s Service) string {
+	if !s.RestrictedMembers {
+		return "open to every process"
+	}
+	if len(s.Members) == 0 {
+		return "no members"
+	}
+	parts := make([]string, 0, len(s.Members))
+	for _, m := range s.Members {
+		parts = append(parts, m.String())
+	}
+	return "members " + strings.Join(parts, " ")
+}

@@ -327,6 +327,10 @@ type Service struct {
 	// service uses a VNI range or is not yet usable.
 	RestrictedVNIs bool
 	VNIs           []uint16
+	// VNIRange is the range of a service with RestrictedVNIs false, as
+	// SVC_SET_VNI_RANGE set it (another tool's: the agent makes none);
+	// nil when there is none yet.
+	VNIRange *VNIRange
 	// RestrictedMembers reports that only Members are admitted; when
 	// false anyone is.
 	RestrictedMembers bool
@@ -344,6 +348,20 @@ type Service struct {
 
 // IsDefault reports whether s is the driver's default service.
 func (s Service) IsDefault() bool { return s.ID == DefaultServiceID }
+
+// VNIRange is the VNIs Min to Max, both included.
+type VNIRange struct{ Min, Max uint16 }
+
+// Contains reports whether v lies in r.
+func (r VNIRange) Contains(v uint16) bool { return r.Min <= v && v <= r.Max }
+
+func (r VNIRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
+
+// BlocksVNI reports whether the driver refuses (EEXIST) a new service
+// that has v among its restricted VNIs because of s: every VNI is a TX/RX
+// profile, and a new profile may share an exact VNI with another service's
+// but overlap no range (vni_overlap_test).
+func (s Service) BlocksVNI(v uint16) bool { return s.VNIRange != nil && s.VNIRange.Contains(v) }
 
 // serviceFrom converts a descriptor; netns members are added by the caller.
 func serviceFrom(d uapi.SvcDesc) Service {

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
@@ -63,7 +64,8 @@ func TestStateCodecRoundTrip(t *testing.T) {
 		t.Fatalf("json.Marshal round trip: %v", err)
 	}
 	c := st.clone()
-	quoted, ranged := 1, len(st.Services)-1
+	quoted := slices.IndexFunc(st.Services, func(s *service) bool { return s.Name == `user "quoted"` })
+	ranged := len(st.Services) - 1
 	c.Services[quoted].ACL.GIDs[0] = 99
 	c.Services[quoted].Rsrc[uapi.RsrcLE].Res = 1
 	c.Services[ranged].Range.Ignore = 0

@@ -40,13 +40,14 @@ type Options struct {
 	// DefaultServiceEnabled loads the "driver" with
 	// disable_default_svc=0. Applied when the state is created.
 	DefaultServiceEnabled bool
-	// EthernetService adds the Ethernet system service that cxi_eth
-	// creates beside the default one when the PF's hsn link comes up,
-	// as on a booted node: service 2, which user services then follow.
-	// Without it the NIC is one without cxi_eth, or with its link down,
-	// which is what callers written before this option count on.
-	// Applied when the state is created.
-	EthernetService bool
+	// NoEthernetService leaves out the Ethernet system service that
+	// cxi_eth creates beside the default one when the PF's hsn link comes
+	// up: the NIC of a node without cxi_eth, or with its link down. By
+	// default the NIC is as on a booted node, with service 2, the
+	// Ethernet one, which user services then follow, so that callers
+	// meet the services that are not theirs as they will on a real
+	// node. Applied when the state is created.
+	NoEthernetService bool
 	// NoSync skips the fsyncs of each state update (the temporary file
 	// is still renamed into place, so readers never see a torn file).
 	// For tests that create many services; the state may then be lost

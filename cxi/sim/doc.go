@@ -15,13 +15,13 @@
 // The services: service 1 is the default service, created at "module load"
 // with VNIs 1 and 10, all four user traffic classes and 512 reserved TLEs
 // in TLE pool 0; it is disabled (disable_default_svc=1) and cannot be
-// destroyed (EINVAL). Beside it, with [Options.EthernetService], is
+// destroyed (EINVAL). Beside it, unless [Options.NoEthernetService], is
 // service 2, "ethernet-svc", which cxi_eth allocates on a PF when its hsn
-// link comes up (cxi_eth_ops.c hw_setup): a system service restricted to
-// uid 0, with no VNIs, enabled, reserving 8 PTEs, 1 TXQ, TGQ, EQ and AC
-// and 660 LEs in an LE pool of its own, and holding an LNI, so destroying
-// or disabling it is EBUSY. IDs are the lowest free (the driver's
-// xa_alloc).
+// link comes up (cxi_eth_ops.c hw_setup), as on every booted node: a
+// system service restricted to uid 0, with no VNIs, enabled, reserving 8
+// PTEs, 1 TXQ, TGQ, EQ and AC and 660 LEs in an LE pool of its own, and
+// holding an LNI, so destroying or disabling it is EBUSY. IDs are the
+// lowest free (the driver's xa_alloc), so user services start at 3.
 // Descriptors are validated like validate_descriptor (at most 4 VNIs, VNI
 // 0 invalid, member types below CXI_SVC_MEMBER_MAX, res <= max <= device
 // maximum: EINVAL; the device maxima are [Options.Max], which

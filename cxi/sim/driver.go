@@ -97,8 +97,9 @@ type acl struct {
 	NetNS []uint32 `json:"netns,omitempty"` // sorted
 }
 
-// newState is the NIC as the driver leaves it at module load: only the
-// default service.
+// newState is the NIC as a booted node has it: the default service the
+// driver makes at module load and, unless opts says there is none, the
+// Ethernet service of cxi_eth.
 func newState(opts Options) (*state, syscall.Errno) {
 	st := &state{Version: stateVersion, Max: opts.Max, DefaultDisabled: !opts.DefaultServiceEnabled}
 	for t, m := range st.Max {
@@ -124,7 +125,7 @@ func newState(opts Options) (*state, syscall.Errno) {
 		return nil, errno
 	}
 	st.find(id).LNIsPerRGID = 1 // cxi_rgroup_set_lnis_per_rgid_compat(1)
-	if opts.EthernetService {
+	if !opts.NoEthernetService {
 		st.addEthernetService()
 	}
 	return st, 0

@@ -23,14 +23,14 @@ const fuzzListRoom = 64 // descriptors the fuzzer's list buffer holds
 const fuzzMaxCmds = 48
 
 // fuzzProgram splits input into commands: a flags byte (bit 0: VF, bit 1:
-// not admin, bit 2: nil pointers, bit 3: the Ethernet service), then
+// not admin, bit 2: nil pointers, bit 3: no Ethernet service), then
 // records of one length byte and that many bytes; at most fuzzMaxCmds of
 // them.
 func fuzzProgram(in []byte) (Options, [][]byte) {
 	if len(in) == 0 {
 		return Options{}, nil
 	}
-	opts := Options{VF: in[0]&1 != 0, NotAdmin: in[0]&2 != 0, EthernetService: in[0]&8 != 0}
+	opts := Options{VF: in[0]&1 != 0, NotAdmin: in[0]&2 != 0, NoEthernetService: in[0]&8 != 0}
 	var cmds [][]byte
 	for rest := in[1:]; len(rest) > 0 && len(cmds) < fuzzMaxCmds; {
 		n := min(int(rest[0]), len(rest)-1)
@@ -165,7 +165,7 @@ func checkInvariants(t *testing.T, d *Device) {
 
 func TestMemDeviceMatchesFile(t *testing.T) {
 	// The in-memory state used for fuzzing runs the same rules.
-	d := newMemDevice(Options{})
+	d := newMemDevice(Options{NoEthernetService: true})
 	dev := uapi.NewDevice(d)
 	id := mustAlloc(t, dev, podDesc(1024))
 	wantErrno(t, "destroy default", dev.DestroyService(1), syscall.EINVAL)

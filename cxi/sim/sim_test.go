@@ -16,7 +16,17 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 )
 
+// open opens simulated cxi0 in dir as the NIC of a node without cxi_eth,
+// with no Ethernet service, so that the IDs, pools and reservations the
+// rule tests check are the driver's own; openBooted opens it as a booted
+// node has it.
 func open(t *testing.T, dir string, opts Options) (*Device, *uapi.Device) {
+	t.Helper()
+	opts.NoEthernetService = true
+	return openBooted(t, dir, opts)
+}
+
+func openBooted(t *testing.T, dir string, opts Options) (*Device, *uapi.Device) {
 	t.Helper()
 	s, err := Open(dir, "cxi0", opts)
 	if err != nil {
@@ -100,8 +110,8 @@ func TestDefaultService(t *testing.T) {
 // TestServicesAtStart: the driver creates the default service at load
 // (cass_svc_init), and cxi_eth the Ethernet system service when the hsn
 // link of the PF comes up (cxi_eth_ops.c hw_setup), which then holds an
-// LNI on it for as long as the link is up. Options.EthernetService asks
-// for the latter.
+// LNI on it for as long as the link is up. Options.NoEthernetService
+// leaves the latter out.
 func TestServicesAtStart(t *testing.T) {
 	ethLimits := [uapi.NumRsrcTypes]uapi.Limits{
 		uapi.RsrcPTE: {Max: 17, Res: 8}, uapi.RsrcTXQ: {Max: 32, Res: 1}, uapi.RsrcTGQ: {Max: 18, Res: 1},
@@ -112,16 +122,16 @@ func TestServicesAtStart(t *testing.T) {
 		opts  Options
 		names []string
 	}{
-		{"a node with its hsn link up", Options{EthernetService: true}, []string{"default", "ethernet-svc"}},
-		{"with the default service enabled", Options{EthernetService: true, DefaultServiceEnabled: true},
+		{"a node with its hsn link up", Options{}, []string{"default", "ethernet-svc"}},
+		{"with the default service enabled", Options{DefaultServiceEnabled: true},
 			[]string{"default", "ethernet-svc"}},
-		{"no cxi_eth, or the link down", Options{}, []string{"default"}},
+		{"no cxi_eth, or the link down", Options{NoEthernetService: true}, []string{"default"}},
 		{"the Ethernet service does not fit the maxima",
-			Options{EthernetService: true, Max: [uapi.NumRsrcTypes]uint16{uapi.RsrcTXQ: 16}}, []string{"default"}},
+			Options{Max: [uapi.NumRsrcTypes]uint16{uapi.RsrcTXQ: 16}}, []string{"default"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, dev := open(t, t.TempDir(), tc.opts)
+			s, dev := openBooted(t, t.TempDir(), tc.opts)
 			svcs, err := s.Services()
 			if err != nil {
 				t.Fatal(err)
@@ -627,7 +637,7 @@ func TestListTwoPhase(t *testing.T) {
 
 func TestPersistence(t *testing.T) {
 	dir := t.TempDir()
-	s1, err := Open(dir, "cxi0", Options{})
+	s1, err := Open(dir, "cxi0", Options{NoEthernetService: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +663,7 @@ func TestPersistence(t *testing.T) {
 	}
 	wantErrno(t, "destroy in use after restart", uapi.NewDevice(s2).DestroyService(id), syscall.EBUSY)
 	// Another name in the same directory is another NIC.
-	s3, err := Open(dir, "cxi1", Options{})
+	s3, err := Open(dir, "cxi1", Options{NoEthernetService: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,7 +696,7 @@ func TestConcurrentDevices(t *testing.T) {
 	errs := make(chan error, workers)
 	for w := range workers {
 		wg.Go(func() {
-			s, err := Open(dir, "cxi0", Options{NoSync: true})
+			s, err := Open(dir, "cxi0", Options{NoSync: true, NoEthernetService: true})
 			if err != nil {
 				errs <- err
 				return
@@ -782,7 +792,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	base, _ := strconv.Atoi(os.Getenv("CXI_SIM_HELPER_BASE"))
 	n, _ := strconv.Atoi(os.Getenv("CXI_SIM_HELPER_N"))
-	s, err := Open(dir, "cxi0", Options{})
+	s, err := Open(dir, "cxi0", Options{NoEthernetService: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,15 @@ func TestRun(t *testing.T) {
 	}
 
 	var out, errOut strings.Builder
-	if err := run([]string{"--state", dir, "--device", "cxi1", "in-use", "2", "3"}, &out, &errOut); err != nil {
+	// A booted node's NIC has the default service (1) and cxi_eth's
+	// Ethernet service (2); the first one made after them is 3.
+	if id != 3 {
+		t.Fatalf("first user service %d, want 3", id)
+	}
+	if err := run([]string{"--state", dir, "--device", "cxi1", "in-use", "3", "3"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != "service 2 on cxi1: 3 LNIs\n" {
+	if out.String() != "service 3 on cxi1: 3 LNIs\n" {
 		t.Fatalf("in-use printed %q", out.String())
 	}
 	if err := uapi.NewDevice(s).DestroyService(id); !errors.Is(err, syscall.EBUSY) {
@@ -39,7 +44,8 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"--state", dir, "--device", "cxi1", "list"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Resources\n", "ID: 1\n  Name:default\n", "ID: 2\n  Name:user\n  State:Enabled\n", "type:uid uid/gid:1000"} {
+	for _, want := range []string{"Resources\n", "ID: 1\n  Name:default\n", "ID: 2\n  Name:ethernet-svc\n  State:Enabled\n",
+		"ID: 3\n  Name:user\n  State:Enabled\n", "type:uid uid/gid:1000"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("list lacks %q:\n%s", want, out.String())
 		}
@@ -50,9 +56,9 @@ func TestRun(t *testing.T) {
 		{"--state", dir},
 		{"--state", dir, "frob"},
 		{"--state", dir, "list", "x"},
-		{"--state", dir, "in-use", "2"},
+		{"--state", dir, "in-use", "3"},
 		{"--state", dir, "in-use", "x", "1"},
-		{"--state", dir, "in-use", "2", "x"},
+		{"--state", dir, "in-use", "3", "x"},
 		{"--state", dir, "in-use", "99", "1"},
 	} {
 		if err := run(bad, &out, &errOut); err == nil {

@@ -190,8 +190,9 @@ func (n *Node) StartKubeletNotReady(ctx context.Context) {
 	n.Kubelet = k
 }
 
-// Services lists the simulated driver's non-default services on a NIC,
-// reading the driver's state as another process would.
+// Services lists the services on a NIC that are not the driver's own
+// (the default service, and the system ones such as cxi_eth's Ethernet
+// service), reading the simulated driver's state as another process would.
 func (n *Node) Services(nicName string) []cxi.Service {
 	n.t.Helper()
 	d, err := sim.Open(filepath.Join(n.StateDir, "cxi-sim"), nicName, sim.Options{})
@@ -202,10 +203,10 @@ func (n *Node) Services(nicName string) []cxi.Service {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	return slices.DeleteFunc(all, func(s cxi.Service) bool { return s.IsDefault() })
+	return slices.DeleteFunc(all, func(s cxi.Service) bool { return s.IsDefault() || s.System })
 }
 
-// AllServices counts the non-default services on every NIC.
+// AllServices lists the [Node.Services] of every NIC that has any.
 func (n *Node) AllServices() map[string][]cxi.Service {
 	out := map[string][]cxi.Service{}
 	for _, nic := range n.Truth.NICs {
