@@ -279,6 +279,23 @@ func TestMonitorHardwareErrors(t *testing.T) {
 	}
 }
 
+// TestHWErrorSourceGoesOnAfterOverrun: an overrun on the cxierr socket
+// loses notifications but not the subscription, which still delivers.
+func TestHWErrorSourceGoesOnAfterOverrun(t *testing.T) {
+	checkGoroutines(t)
+	tr := newSysfsTree(t)
+	hw := newFakeSub()
+	m := New(Config{Targets: []Target{tr.target()}, Ticks: make(chan time.Time),
+		Sources: Sources{NoLinkEvents: true, NoEthtool: true, openHWErrors: hw.opener()}})
+	runMonitor(t, m)
+	nextEvent(t, m)
+	hw.fail(t, unix.ENOBUFS)
+	hw.send(t, hwErrorMessage(0, 0x2a8, 17))
+	if ev := nextEvent(t, m); ev.HWError == nil || ev.Status.HWErrors != 1 {
+		t.Fatalf("after an overrun: %+v, want the hardware error", ev)
+	}
+}
+
 func TestMonitorEthtool(t *testing.T) {
 	checkGoroutines(t)
 	tr := newSysfsTree(t)
