@@ -37,6 +37,9 @@ type Config struct {
 	Auth                             string
 	AgentServiceAccounts             string
 	TokenAudiences                   string
+	TokenReviewQPS                   float64
+	TokenReviewBurst                 int
+	TokenReviewTTL                   time.Duration
 	TLSCert, TLSKey, ClientCA        string
 	MTLSPrefix                       string
 	AllowUnboundAgents               bool
@@ -84,6 +87,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.Auth, "auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount token), mtls (client certificates), none")
 	fs.StringVar(&c.AgentServiceAccounts, "agent-service-accounts", "system:serviceaccount:slingshot:slingshot-agent", "users accepted by --auth tokenreview, comma-separated")
 	fs.StringVar(&c.TokenAudiences, "token-audiences", "", "audiences a token must carry for --auth tokenreview, comma-separated; empty: the API server's")
+	fs.Float64Var(&c.TokenReviewQPS, "token-review-qps", 20, "TokenReviews per second, on a Kubernetes client of their own, apart from the leader election's")
+	fs.IntVar(&c.TokenReviewBurst, "token-review-burst", 40, "burst of TokenReviews above --token-review-qps")
+	fs.DurationVar(&c.TokenReviewTTL, "token-review-cache-ttl", 30*time.Second, "how long an agent token's accepted review is reused, never past the token's expiry: a deleted agent pod's token is refused within it")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate file of the gRPC API (with --tls-key)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key file of the gRPC API")
 	fs.StringVar(&c.ClientCA, "client-ca", "", "CA file that signs agent certificates, for --auth mtls")
@@ -206,6 +212,12 @@ func (c *Config) Validate() error {
 		}
 		if len(splitList(c.AgentServiceAccounts)) == 0 {
 			add("--agent-service-accounts: empty")
+		}
+		if c.TokenReviewQPS <= 0 || c.TokenReviewBurst < 1 {
+			add("--token-review-qps and --token-review-burst: want positive")
+		}
+		if c.TokenReviewTTL <= 0 {
+			add("--token-review-cache-ttl: want positive")
 		}
 	case "mtls":
 		if c.TLSCert == "" || c.ClientCA == "" {

@@ -25,7 +25,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
@@ -53,7 +52,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 	var (
 		resolver controller.Resolver
 		nodes    *owner.NodeWatcher
-		cs       kubernetes.Interface
+		kc       kubeClients
 		rc       *rest.Config
 	)
 	if !c.NoKube {
@@ -61,15 +60,15 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		if rc, err = kubeConfig(c.Kubeconfig); err != nil {
 			return err
 		}
-		if cs, err = kubernetes.NewForConfig(rc); err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
+		if kc, err = newKubeClients(rc, c); err != nil {
+			return err
 		}
 		md, err := metadata.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("metadata client: %w", err)
 		}
 		resolver = owner.NewResolver(md, c.kinds)
-		nodes = owner.NewNodeWatcher(cs, nil)
+		nodes = owner.NewNodeWatcher(kc.main, nil)
 	}
 	st, err := openStore(ctx, c, rc, log)
 	if err != nil {
@@ -92,7 +91,8 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
-		authn = auth.NewTokenReview(cs, splitList(c.TokenAudiences), splitList(c.AgentServiceAccounts), 0)
+		authn = auth.NewTokenReview(kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
+			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: reg})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:
@@ -169,7 +169,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		}
 	}
 	if c.LeaderElect {
-		el, err := leader.New(cs.CoordinationV1(), c.election(c.StoreNamespace))
+		el, err := leader.New(kc.election.CoordinationV1(), c.election(c.StoreNamespace))
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func withToken(ctx context.Context, token string) context.Context {
 func TestTokenReview(t *testing.T) {
 	var calls atomic.Int64
 	cs := reviewer(t, map[string][2]string{"agent-tok": {agentSA, "n1"}, "other-tok": {"system:serviceaccount:default:x", ""}}, &calls)
-	tr := NewTokenReview(cs, nil, []string{agentSA}, 0)
+	tr := NewTokenReview(cs, TokenReviewConfig{Allowed: []string{agentSA}})
 	ctx := t.Context()
 	id, err := tr.Authenticate(withToken(ctx, "agent-tok"))
 	if err != nil || id.User != agentSA || id.Node != "n1" {
@@ -105,7 +105,7 @@ func TestIssue15Item8CheckNode(t *testing.T) {
 		chain := [][]*x509.Certificate{{{Subject: pkix.Name{CommonName: cn}}}}
 		return peer.NewContext(t.Context(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{VerifiedChains: chain}}})
 	}
-	tokens := NewTokenReview(cs, nil, []string{agentSA}, 0)
+	tokens := NewTokenReview(cs, TokenReviewConfig{Allowed: []string{agentSA}})
 	certs := MTLS{Prefix: "slingshot-agent:"}
 	tests := []struct {
 		name  string
