@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -129,7 +126,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		for _, k := range c.kinds {
 			followed = append(followed, hooks.GroupKind{Group: k.Group, Kind: k.Kind})
 		}
-		servers = append(servers, &http.Server{Handler: hooks.New(svc, followed, log, reg), ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, newHTTPServer(hooks.New(svc, followed, log, reg)))
 		l, err := net.Listen("tcp", c.HooksAddr)
 		if err != nil {
 			glis.Close()
@@ -148,7 +145,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 			}
 			w.Write([]byte("ok\n"))
 		})
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, newHTTPServer(mux))
 		l, err := net.Listen("tcp", c.MetricsAddr)
 		if err != nil {
 			glis.Close()
@@ -231,24 +228,4 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		return cause
 	}
 	return nil
-}
-
-func serverTLS(c *Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("tls key pair: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.ClientCA != "" {
-		pem, err := os.ReadFile(c.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("client ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client ca %s: no certificate", c.ClientCA)
-		}
-		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return tc, nil
 }
