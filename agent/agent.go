@@ -113,7 +113,8 @@ func policyFrom(c config.Config) policy {
 }
 
 // serveHTTP sets up the admin endpoint; an empty address serves nothing.
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *deviceplugin.Server, report func(context.Context) *inspect.Report) (*http.Server, net.Listener, error) {
+// notReady says why the agent must not report ready beyond its start, or "".
+func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *deviceplugin.Server, report func(context.Context) *inspect.Report, notReady func() string) (*http.Server, net.Listener, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -121,6 +122,10 @@ func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *de
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := notReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
 		st := dp.Status()
 		if !ready.Load() || !st.Serving {
 			http.Error(w, "not ready: reconciling or not serving the kubelet", http.StatusServiceUnavailable)

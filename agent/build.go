@@ -56,6 +56,7 @@ type parts struct {
 	httpSrv    *http.Server    // nil without a metrics address
 	lis        net.Listener
 	ready      atomic.Bool
+	dsvc       *defaultServiceGuard
 
 	closers []io.Closer
 }
@@ -291,8 +292,9 @@ func (a *parts) buildServing(context.Context) error {
 		PollInterval: a.cfg.Health.PollInterval.Duration,
 		Registerer:   a.reg,
 	})
+	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	var err error
-	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.reg, &a.ready, a.server, a.report); err != nil {
+	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.reg, &a.ready, a.server, a.report, a.dsvc.notReady); err != nil {
 		return err
 	}
 	if a.lis != nil {
@@ -318,6 +320,7 @@ func (a *parts) report(ctx context.Context) *inspect.Report {
 // node pool's mode at once, the rest at the next start.
 func (a *parts) reload(c config.Config) {
 	a.b.setPolicy(policyFrom(c))
+	a.dsvc.setAllow(c.AllowOpenDefaultService)
 	if a.units != nil {
 		m, err := gpu.ForNode(c.GPU, a.opts.NodeName)
 		switch {
@@ -363,6 +366,8 @@ func (a *parts) run(ctx context.Context) error {
 	})
 	g.Go(func() error { return a.mon.Run(gctx) })
 	g.Go(func() error { a.followHealth(); return nil })
+	a.dsvc.check(gctx) // at start, then every health poll: an admin may enable it later
+	g.Go(func() error { return a.dsvc.run(gctx, a.cfg.Health.PollInterval.Duration) })
 	if a.cfgWatcher != nil {
 		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
 	}

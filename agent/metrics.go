@@ -25,7 +25,10 @@ type metrics struct {
 	podLists         *prometheus.CounterVec
 	podListLatency   prometheus.Histogram
 	kubeletNudges    *prometheus.CounterVec
-	now              func() time.Time
+	// defaultServiceOpen is 1 for a NIC whose default CXI service is
+	// open to every process of the node (see defaultServiceGuard).
+	defaultServiceOpen *prometheus.GaugeVec
+	now                func() time.Time
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -86,6 +89,10 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_kubelet_nudges_total",
 			Help: "Device lists sent to the kubelet again, by resource, to make it rewrite its device checkpoint when that lags PodResources.",
 		}, []string{"resource"}),
+		defaultServiceOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slingshot_agent_default_service_open",
+			Help: "1 while the NIC's default CXI service (ID 1) is enabled and open to every process of the node (or to root), which lets pods of different jobs share its VNIs; 0 while it is disabled or restricted.",
+		}, []string{"nic"}),
 	}
 	for _, r := range []podwatch.ListResult{podwatch.ListOK, podwatch.ListRateLimited, podwatch.ListError} {
 		m.podLists.WithLabelValues(string(r))
@@ -97,7 +104,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
 		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
-		m.kubeletNudges} {
+		m.kubeletNudges, m.defaultServiceOpen} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -41,6 +41,12 @@ type Config struct {
 	CDI CDI `json:"cdi"`
 	// GPU holds the machine types and this node pool's mode.
 	GPU GPU `json:"gpu"`
+	// AllowOpenDefaultService accepts a NIC whose default CXI service
+	// (ID 1) is enabled and open to every process of the node: the agent
+	// still reports it (log, slingshot_agent_default_service_open) but
+	// stays ready. Default false: the agent is not ready while it is
+	// open, since every pod holding a NIC may then use its VNIs.
+	AllowOpenDefaultService bool `json:"allowOpenDefaultService,omitempty"`
 }
 
 // NICResource configures the NIC resource.

@@ -25,6 +25,9 @@ func TestParse(t *testing.T) {
 			if c.NICResource.Name != "hpe.com/cxi" || c.NICResource.SharesPerNIC != 1 {
 				t.Errorf("nicResource = %+v", c.NICResource)
 			}
+			if c.AllowOpenDefaultService {
+				t.Error("an open default service is accepted by default")
+			}
 			if !c.CDIEnabled() || c.PodResources.PollInterval.Duration != time.Second {
 				t.Errorf("defaults wrong: %+v", c)
 			}
@@ -36,7 +39,11 @@ limits: {TXQs: {max: 64, res: 2}}
 membership: {fallbackGID: 1000}
 podResources: {pollInterval: 500ms}
 cdi: {enabled: false}
+allowOpenDefaultService: true
 `, check: func(t *testing.T, c Config) {
+			if !c.AllowOpenDefaultService {
+				t.Error("allowOpenDefaultService: true not read")
+			}
 			if c.NICResource.Name != "example.com/hsn" || c.NICResource.SharesPerNIC != 4 {
 				t.Errorf("nicResource = %+v", c.NICResource)
 			}

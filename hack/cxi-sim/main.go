@@ -4,11 +4,14 @@
 //
 //	go run ./hack/cxi-sim --state DIR [--device cxi0] list
 //	go run ./hack/cxi-sim --state DIR [--device cxi0] in-use ID LNIS
+//	go run ./hack/cxi-sim --state DIR [--device cxi0] enable|disable ID
 //
 // list prints the services like the driver's debugfs file
 // /sys/kernel/debug/cxi/cxiN/services. in-use records that LNIS LNIs use
 // service ID (0 releases it), so that destroying it fails with EBUSY, as
-// it would while a process still runs on a real NIC.
+// it would while a process still runs on a real NIC. enable and disable
+// send SVC_ENABLE as `cxi_service enable|disable -s ID` does: `enable 1`
+// opens the default service, which the agent then reports.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"strconv"
 
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
+	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 )
 
 func main() {
@@ -37,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	stateDir := fs.String("state", "", "directory holding the simulated NICs' state (required)")
 	device := fs.String("device", "cxi0", "simulated device name")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: cxi-sim --state DIR [--device cxiN] list | in-use ID LNIS\n")
+		fmt.Fprintf(stderr, "usage: cxi-sim --state DIR [--device cxiN] list | in-use ID LNIS | enable ID | disable ID\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +84,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "service %d on %s: %d LNIs\n", id, *device, lnis)
+		return nil
+	case "enable", "disable":
+		if len(rest) != 2 {
+			return fmt.Errorf("usage: %s ID", rest[0])
+		}
+		id, err := strconv.ParseUint(rest[1], 10, 32)
+		if err != nil {
+			return fmt.Errorf("service ID %q: %w", rest[1], err)
+		}
+		if err := uapi.NewDevice(dev).EnableService(uint32(id), rest[0] == "enable"); err != nil {
+			return fmt.Errorf("%s service %d on %s: %w", rest[0], id, *device, err)
+		}
+		fmt.Fprintf(stdout, "service %d on %s: %sd\n", id, *device, rest[0])
 		return nil
 	}
 	fs.Usage()

@@ -51,6 +51,21 @@ func TestRun(t *testing.T) {
 		}
 	}
 
+	// enable 1 is `cxi_service enable -s 1`: the default service opens.
+	out.Reset()
+	if err := run([]string{"--state", dir, "--device", "cxi1", "enable", "1"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := uapi.NewDevice(s).GetService(1); err != nil || !d.Enable || out.String() != "service 1 on cxi1: enabled\n" {
+		t.Fatalf("after enable 1: %+v, %v, printed %q", d, err, out.String())
+	}
+	if err := run([]string{"--state", dir, "--device", "cxi1", "disable", "1"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := uapi.NewDevice(s).GetService(1); err != nil || d.Enable {
+		t.Fatalf("after disable 1: %+v, %v", d, err)
+	}
+
 	for _, bad := range [][]string{
 		{"list"},
 		{"--state", dir},
@@ -60,6 +75,10 @@ func TestRun(t *testing.T) {
 		{"--state", dir, "in-use", "x", "1"},
 		{"--state", dir, "in-use", "3", "x"},
 		{"--state", dir, "in-use", "99", "1"},
+		{"--state", dir, "enable"},
+		{"--state", dir, "enable", "x"},
+		{"--state", dir, "disable", "99"},
+		{"--state", dir, "disable", "2"}, // the Ethernet service holds an LNI: EBUSY
 	} {
 		if err := run(bad, &out, &errOut); err == nil {
 			t.Errorf("run(%q) succeeded", bad)
