@@ -48,6 +48,7 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 
 	var (
 		resolver controller.Resolver
+		parents  hooks.Parents
 		nodes    *owner.NodeWatcher
 		kc       kubeClients
 		rc       *rest.Config
@@ -64,7 +65,8 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("metadata client: %w", err)
 		}
-		resolver = owner.NewResolver(md, c.kinds)
+		r := owner.NewResolver(md, c.kinds)
+		resolver, parents = r, r
 		nodes = owner.NewNodeWatcher(kc.main, nil)
 	}
 	st, err := openStore(ctx, c, rc, log)
@@ -126,7 +128,10 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		for _, k := range c.kinds {
 			followed = append(followed, hooks.GroupKind{Group: k.Group, Kind: k.Kind})
 		}
-		servers = append(servers, newHTTPServer(hooks.New(svc, followed, log, reg)))
+		if parents == nil {
+			log.Warn("the hooks cannot confirm their requests without a Kubernetes API (--no-kube) and act on any body: keep --hooks-addr unreachable to untrusted clients", "addr", c.HooksAddr)
+		}
+		servers = append(servers, newHTTPServer(hooks.New(svc, parents, followed, log, reg)))
 		l, err := net.Listen("tcp", c.HooksAddr)
 		if err != nil {
 			glis.Close()

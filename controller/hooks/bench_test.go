@@ -17,7 +17,7 @@ import (
 // every call, "steady" re-syncs known owners (Metacontroller's resyncs).
 func BenchmarkSync(b *testing.B) {
 	svc := newService(b, true, controller.Config{})
-	srv := httptest.NewServer(New(svc, followed, nil, nil))
+	srv := httptest.NewServer(New(svc, nil, followed, nil, nil))
 	defer srv.Close()
 	post := func(b *testing.B, uid string) {
 		body, _ := json.Marshal(&Request{Object: jobObject("j"+uid, uid, nil)})

@@ -26,8 +26,21 @@
 // VNI stays with its pods and finalize answers finalized:true. Both hooks
 // are idempotent.
 //
-// While the controller loads its state the hooks answer HTTP 429 with
-// Retry-After, which Metacontroller honours; bad requests get 400. The
-// hook endpoint is meant for Metacontroller only; restrict it with a
-// NetworkPolicy (Metacontroller sends no credentials).
+// Metacontroller sends no credentials, so a body is a hint, confirmed
+// with the API server (one metadata GET of the parent, never a cache)
+// before a hook acts on it: /sync leases a VNI only for a parent that
+// exists with the body's UID and is not being deleted, and takes the
+// parent's annotations and owners from the API server, not from the body;
+// /finalize marks an owner gone only when the parent is gone, has another
+// UID now, or has a deletionTimestamp. A body the API server contradicts
+// is answered HTTP 409 with the reason, changes nothing and is counted in
+// slingshot_controller_hook_refused_total{hook,reason}. A controller
+// without a Kubernetes API (--no-kube) cannot confirm anything and acts
+// on every body: its hooks must then be unreachable to untrusted clients.
+//
+// While the controller loads its state, or the API server cannot be read,
+// the hooks answer HTTP 429 with Retry-After, which Metacontroller
+// honours; bad requests get 400. The hook endpoint is meant for
+// Metacontroller only; the chart's NetworkPolicy admits only its
+// namespace.
 package hooks

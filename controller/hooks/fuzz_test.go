@@ -72,13 +72,18 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
+// FuzzHooks posts each input to both hooks of a handler that trusts its
+// bodies and of one that confirms them with a (fake) API server holding
+// the Job ml/a (UID u1).
 func FuzzHooks(f *testing.F) {
 	seeds(f)
-	h := New(&mapService{vnis: map[string]uint16{}}, followed, nil, nil)
+	api, _ := fakeAPI(f, apiJob("a", "u1", nil, false))
+	handlers := []*Handler{New(&mapService{vnis: map[string]uint16{}}, nil, followed, nil, nil),
+		New(&mapService{vnis: map[string]uint16{}}, api, followed, nil, nil)}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, path := range []string{"/sync", "/finalize"} {
+		for i, path := range []string{"/sync", "/finalize", "/sync", "/finalize"} {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(data)))
+			handlers[i/2].ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(data)))
 			switch rec.Code {
 			case http.StatusOK:
 				var resp Response
@@ -91,6 +96,10 @@ func FuzzHooks(f *testing.F) {
 					}
 				}
 			case http.StatusBadRequest:
+			case http.StatusConflict:
+				if i < 2 {
+					t.Fatalf("%s: 409 from the handler that confirms nothing: %s", path, rec.Body)
+				}
 			default:
 				t.Fatalf("%s: unexpected code %d: %s", path, rec.Code, rec.Body)
 			}

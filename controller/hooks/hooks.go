@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/store"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Service is what the hooks need of the controller.
@@ -23,36 +24,52 @@ type Service interface {
 	FinalizeOwner(ctx context.Context, owner store.Owner, deleting bool) (controller.Lease, bool, error)
 }
 
+// Parents reads a hook's parent from the API server; [owner.Resolver]
+// implements it. Lookup reads the object of o's kind, namespace and name,
+// whatever its UID, and returns nil when there is none.
+type Parents interface {
+	Lookup(ctx context.Context, o store.Owner) (*metav1.PartialObjectMetadata, error)
+}
+
 // GroupKind names a followed owner kind.
 type GroupKind struct{ Group, Kind string }
 
 // Handler serves /sync and /finalize. It is safe for concurrent use.
 type Handler struct {
 	svc      Service
+	parents  Parents
 	followed map[GroupKind]bool
 	log      *slog.Logger
 	latency  *prometheus.HistogramVec
+	refused  *prometheus.CounterVec
 	mux      *http.ServeMux
 }
 
-// New returns a handler over svc. followed are the owner kinds pods are
-// keyed by; an object controlled by one of them gets no VNI of its own.
-// reg may be nil.
-func New(svc Service, followed []GroupKind, log *slog.Logger, reg prometheus.Registerer) *Handler {
+// New returns a handler over svc. parents confirms every request body
+// with the API server before the hook acts on it; nil trusts the bodies
+// (the controller without a Kubernetes API), and then the hooks must not
+// be reachable by untrusted clients. followed are the owner kinds pods
+// are keyed by; an object controlled by one of them gets no VNI of its
+// own. reg may be nil.
+func New(svc Service, parents Parents, followed []GroupKind, log *slog.Logger, reg prometheus.Registerer) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, followed: map[GroupKind]bool{}, log: log, mux: http.NewServeMux(),
+	h := &Handler{svc: svc, parents: parents, followed: map[GroupKind]bool{}, log: log, mux: http.NewServeMux(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "slingshot_controller_hook_duration_seconds",
 			Help:    "Metacontroller hook latency by hook and HTTP code.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}, []string{"hook", "code"})}
+		}, []string{"hook", "code"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_controller_hook_refused_total",
+			Help: "Hook requests the controller did not act on because the API server contradicts their body, by hook and reason (" + reasonList + ").",
+		}, []string{"hook", "reason"})}
 	for _, k := range followed {
 		h.followed[k] = true
 	}
 	if reg != nil {
-		reg.MustRegister(h.latency)
+		reg.MustRegister(h.latency, h.refused)
 	}
 	h.mux.HandleFunc("POST /sync", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, "sync", h.Sync) })
 	h.mux.HandleFunc("POST /finalize", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, "finalize", h.Finalize) })
@@ -90,6 +107,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, hoo
 		case errors.As(err, &he):
 		case errors.Is(err, ErrBadRequest), errors.Is(err, controller.ErrInvalidArgument):
 			he.code = http.StatusBadRequest
+		case errors.Is(err, ErrRefused):
+			he.code = http.StatusConflict
 		case errors.Is(err, controller.ErrUnavailable):
 			he.code, he.retryAfter = http.StatusTooManyRequests, retryLoadingSeconds
 		}
@@ -98,6 +117,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, name string, hoo
 			he.code = http.StatusRequestEntityTooLarge
 		}
 		code = he.code
+		var re *RefusedError
+		if errors.As(err, &re) {
+			h.refused.WithLabelValues(name, re.Reason).Inc()
+		}
 		h.log.Warn("hook failed", "hook", name, "code", code, "err", err)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if he.retryAfter > 0 {
@@ -155,11 +178,29 @@ func attachment(o *Object, l controller.Lease) VNIObject {
 	}
 }
 
-// Sync is the /sync hook. Errors wrap controller.ErrUnavailable while the
-// state loads.
+// Sync is the /sync hook. It leases nothing for a parent the API server
+// does not hold with the body's UID (an error wrapping ErrRefused), nor for
+// one being deleted, and reads the parent's annotations and owners from
+// the API server rather than from the body. Errors wrap
+// controller.ErrUnavailable while the state loads or the API server cannot
+// be read.
 func (h *Handler) Sync(ctx context.Context, req *Request) (*Response, error) {
 	o := req.Object
 	resp := empty()
+	if h.parents != nil {
+		meta, err := h.confirm(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		if meta.DeletionTimestamp != nil {
+			// A stale sync (Metacontroller's cache lags, or its finalizer
+			// is gone while others hold the parent): a VNI leased now
+			// would outlive the parent until a sweep. Nothing to lease.
+			h.refused.WithLabelValues("sync", ReasonParentDeleting).Inc()
+			return resp, nil
+		}
+		o = trusted(o, meta)
+	}
 	if h.controlledByFollowed(o) {
 		return resp, nil
 	}
@@ -190,12 +231,20 @@ func (h *Handler) Sync(ctx context.Context, req *Request) (*Response, error) {
 	return resp, nil
 }
 
-// Finalize is the /finalize hook. Errors wrap controller.ErrUnavailable
-// while the state loads.
+// Finalize is the /finalize hook. It marks the owner gone only when the
+// API server agrees: the parent is gone, has another UID now, or has a
+// deletionTimestamp; otherwise it returns an error wrapping ErrRefused.
+// Errors wrap controller.ErrUnavailable while the state loads or the API
+// server cannot be read.
 func (h *Handler) Finalize(ctx context.Context, req *Request) (*Response, error) {
 	o := req.Object
 	resp := empty()
 	deleting := o.Metadata.DeletionTimestamp != nil
+	if deleting && h.parents != nil {
+		if err := h.confirmGone(ctx, o); err != nil {
+			return nil, err
+		}
+	}
 	l, done, err := h.svc.FinalizeOwner(ctx, ownerOf(o), deleting)
 	if err != nil {
 		return nil, err

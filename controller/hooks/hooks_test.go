@@ -74,7 +74,7 @@ func call(t testing.TB, h http.Handler, path string, req *Request) (int, *Respon
 
 func TestSyncAndFinalize(t *testing.T) {
 	svc := newService(t, true, controller.Config{})
-	h := New(svc, followed, nil, nil)
+	h := New(svc, nil, followed, nil, nil)
 	obj := jobObject("train", "uid-1", nil)
 	code, resp, _ := call(t, h, "/sync", &Request{Object: obj})
 	if code != 200 || len(resp.Attachments) != 1 {
@@ -112,7 +112,7 @@ func TestSyncAndFinalize(t *testing.T) {
 
 func TestFinalizeWaitsForNodes(t *testing.T) {
 	svc := newService(t, true, controller.Config{})
-	h := New(svc, followed, nil, nil)
+	h := New(svc, nil, followed, nil, nil)
 	obj := jobObject("train", "uid-2", nil)
 	call(t, h, "/sync", &Request{Object: obj})
 	// A pod of the job runs on n1.
@@ -138,7 +138,7 @@ func TestFinalizeWaitsForNodes(t *testing.T) {
 
 func TestSyncEdgeCases(t *testing.T) {
 	svc := newService(t, true, controller.Config{VNIRange: vnialloc.Range{Min: 2000, Max: 2000}})
-	h := New(svc, followed, nil, nil)
+	h := New(svc, nil, followed, nil, nil)
 	yes := true
 	rs := &Object{APIVersion: "apps/v1", Kind: "ReplicaSet", Metadata: ObjectMeta{Namespace: "ml", Name: "web-1", UID: "rs-1",
 		OwnerReferences: []OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "d-1", Controller: &yes}}}}
@@ -157,7 +157,8 @@ func TestSyncEdgeCases(t *testing.T) {
 	if resp.Annotations[AnnotationError] == nil || resp.ResyncAfterSeconds != resyncFullSeconds {
 		t.Fatalf("full range: %+v", resp)
 	}
-	for _, body := range []string{"", "{", `{"object":null}`, `{"object":{"apiVersion":"v1","kind":"X","metadata":{"name":"a","uid":"u"}}}`} {
+	for _, body := range []string{"", "{", `{"object":null}`, `{"object":{"apiVersion":"v1","kind":"X","metadata":{"name":"a","uid":"u"}}}`,
+		`{"object":{"apiVersion":"a/b/c","kind":"Job","metadata":{"namespace":"ml","name":"a","uid":"u"}}}`} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/sync", bytes.NewReader([]byte(body))))
 		if rec.Code != http.StatusBadRequest {
@@ -167,7 +168,7 @@ func TestSyncEdgeCases(t *testing.T) {
 }
 
 func TestLoadingAnswers429(t *testing.T) {
-	h := New(newService(t, false, controller.Config{}), followed, nil, nil)
+	h := New(newService(t, false, controller.Config{}), nil, followed, nil, nil)
 	code, _, hdr := call(t, h, "/sync", &Request{Object: jobObject("a", "u", nil)})
 	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
 		t.Fatalf("code %d Retry-After %q", code, hdr.Get("Retry-After"))
@@ -179,7 +180,7 @@ func TestLoadingAnswers429(t *testing.T) {
 // Metacontroller's DecoratorHookResponse (a false was once omitted).
 func TestFinalizeAnswerAlwaysCarriesFinalized(t *testing.T) {
 	svc := newService(t, true, controller.Config{})
-	h := New(svc, followed, nil, nil)
+	h := New(svc, nil, followed, nil, nil)
 	obj := jobObject("train", "uid-2", nil)
 	call(t, h, "/sync", &Request{Object: obj})
 	pl, err := svc.AcquireJobVNI(t.Context(), controller.PodRef{Namespace: "ml", Name: "train-0"}, "n1")

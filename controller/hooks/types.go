@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Names in the project's API group.
@@ -120,6 +122,9 @@ func ParseRequest(data []byte) (*Request, error) {
 		return nil, fmt.Errorf("%w: object without name or uid", ErrBadRequest)
 	case len(o.Metadata.UID) > 128 || strings.ContainsAny(o.Metadata.UID, "/ "):
 		return nil, fmt.Errorf("%w: malformed uid %q", ErrBadRequest, o.Metadata.UID)
+	}
+	if _, err := schema.ParseGroupVersion(o.APIVersion); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return &r, nil
 }

@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/slingshot-k8s/slingshot/controller"
@@ -11,6 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 )
+
+// ErrNotFollowed is wrapped when an object's kind is not among the
+// resolver's kinds.
+var ErrNotFollowed = errors.New("owner kind is not followed")
 
 // maxDepth bounds the owner walk.
 const maxDepth = 8
@@ -91,23 +96,36 @@ func (r *Resolver) ResolvePod(ctx context.Context, p controller.PodRef) (control
 
 // OwnerExists implements controller.Resolver: it reports whether the
 // object exists and, when o.UID is set, has that UID. Kinds outside the
-// list report an error.
+// list report an error wrapping ErrNotFollowed.
 func (r *Resolver) OwnerExists(ctx context.Context, o store.Owner) (bool, error) {
+	obj, err := r.Lookup(ctx, o)
+	if err != nil || obj == nil {
+		return false, err
+	}
+	return o.UID == "" || string(obj.UID) == o.UID, nil
+}
+
+// Lookup returns the metadata the API server holds now (a quorum read, not
+// a cache) for the object of o's kind, namespace and name, whatever its
+// UID, and nil when there is none: the hooks confirm their request bodies
+// with it. Kinds outside the list report an error wrapping
+// ErrNotFollowed; a failed read, the API's error.
+func (r *Resolver) Lookup(ctx context.Context, o store.Owner) (*metav1.PartialObjectMetadata, error) {
 	gv, err := schema.ParseGroupVersion(o.APIVersion)
 	if err != nil {
-		return false, fmt.Errorf("owner %s: %w", o.APIVersion, err)
+		return nil, fmt.Errorf("owner %s: %w", o.APIVersion, err)
 	}
 	k, ok := r.kinds[schema.GroupKind{Group: gv.Group, Kind: o.Kind}]
 	if !ok {
-		return false, fmt.Errorf("owner kind %s/%s is not followed", gv.Group, o.Kind)
+		return nil, fmt.Errorf("%w: %s/%s", ErrNotFollowed, gv.Group, o.Kind)
 	}
 	k.Version = gv.Version
 	obj, err := r.get(ctx, k, o.Namespace, o.Name)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("get %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
+		return nil, fmt.Errorf("get %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
 	}
-	return o.UID == "" || string(obj.UID) == o.UID, nil
+	return obj, nil
 }
