@@ -24,12 +24,21 @@ type workload struct {
 // Service must select some workload and name ports its pods have; probes
 // must name ports of their container; a pod's ServiceAccount and
 // ConfigMaps, and a binding's role and ServiceAccounts, must be in the set
-// (unless named in external, as "Kind/name").
+// (unless named in external, as "Kind/name"). A cert-manager Certificate
+// makes the Secret it names, and a CA Issuer needs its Secret.
 func Consistency(objs []*Object, external map[string]bool) []error {
 	var errs []error
 	have := map[string]bool{}
 	for _, o := range objs {
 		have[o.GVK.Kind+"/"+o.Name] = true
+		if o.GVK.Group == "cert-manager.io" && o.GVK.Kind == "Certificate" {
+			var c struct {
+				Spec struct{ SecretName string } `json:"spec"`
+			}
+			if decodeInto(o, &c, &errs) {
+				have["Secret/"+c.Spec.SecretName] = true
+			}
+		}
 	}
 	need := func(from *Object, ref string) {
 		if !have[ref] && !external[ref] {
@@ -92,6 +101,15 @@ func Consistency(objs []*Object, external map[string]bool) []error {
 	}
 	for _, o := range objs {
 		switch o.GVK.Kind {
+		case "Issuer", "ClusterIssuer":
+			var i struct {
+				Spec struct {
+					CA *struct{ SecretName string } `json:"ca"`
+				} `json:"spec"`
+			}
+			if o.GVK.Group == "cert-manager.io" && decodeInto(o, &i, &errs) && i.Spec.CA != nil {
+				need(o, "Secret/"+i.Spec.CA.SecretName)
+			}
 		case "Service":
 			var s corev1.Service
 			if !decodeInto(o, &s, &errs) || len(s.Spec.Selector) == 0 {

@@ -44,24 +44,28 @@ func Generated(root string, ch *chart.Chart) (map[string][]byte, error) {
 		return nil, err
 	}
 
-	rendered, err := Render(ch, nil)
+	defaults, ok := VariantNamed("defaults")
+	if !ok {
+		return nil, fmt.Errorf("no variant %q", "defaults")
+	}
+	rendered, err := Render(ch, defaults.Values, defaults.APIVersions...)
 	if err != nil {
 		return nil, fmt.Errorf("defaults: %w", err)
 	}
-	out[manifestFile] = plainManifests(crds, rendered, "with its default values",
-		"kubectl apply -f "+manifestsDir+"/")
+	out[manifestFile] = plainManifests(crds, rendered, "with its default values\n# on a cluster with cert-manager (the controller's TLS certificate comes from it)",
+		"kubectl apply -f "+manifestsDir+"/ (after cert-manager)")
 
 	ha, ok := VariantNamed(haVariant)
 	if !ok {
 		return nil, fmt.Errorf("no variant %q", haVariant)
 	}
-	rendered, err = Render(ch, ha.Values)
+	rendered, err = Render(ch, ha.Values, ha.APIVersions...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", haVariant, err)
 	}
 	out[haManifestFile] = plainManifests(crds, rendered,
-		"with the values\n# "+strings.Join(setValues("", ha.Values), " ")+" (and its default controller.leaderElect=true)",
-		"kubectl apply -f "+haManifestsDir+"/ (instead of "+manifestsDir+"/, not with it:\n# each makes the controller's Deployment)")
+		"with the values\n# "+strings.Join(setValues("", ha.Values), " ")+" (and its default controller.leaderElect=true)\n# on a cluster with cert-manager (the controller's TLS certificate comes from it)",
+		"kubectl apply -f "+haManifestsDir+"/ (after cert-manager; instead of "+manifestsDir+"/, not with it:\n# each makes the controller's Deployment)")
 
 	values, err := os.ReadFile(filepath.Join(root, chartDir, "values.yaml"))
 	if err != nil {

@@ -144,7 +144,7 @@ func TestChartRendersValid(t *testing.T) {
 	}
 	for _, variant := range Variants() {
 		t.Run(variant.Name, func(t *testing.T) {
-			rendered, err := Render(ch, variant.Values)
+			rendered, err := Render(ch, variant.Values, variant.APIVersions...)
 			if err != nil {
 				t.Fatal(err)
 			}

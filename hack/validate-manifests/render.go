@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"helm.sh/helm/v3/pkg/chart"
@@ -18,23 +19,35 @@ const (
 	kubeVersion      = "v1.37.1"
 )
 
+// CertManagerAPI is cert-manager's API version. The chart takes the
+// controller's certificate from cert-manager where the cluster serves it,
+// and the plain manifests are rendered as for such a cluster: without it
+// the chart makes a CA with a fresh private key at every render, which
+// must never be written into a file of the repository.
+const CertManagerAPI = "cert-manager.io/v1"
+
 // Variant is one set of values the chart is rendered and validated with.
 type Variant struct {
 	Name   string
 	Values map[string]any
+	// APIVersions are the API versions the cluster serves beyond the
+	// built-in ones (.Capabilities.APIVersions).
+	APIVersions []string
 	// External are objects the values name that the cluster must already
 	// have, as "Kind/name".
 	External []string
 }
 
-// Variants are the value sets CI renders: the defaults (also the plain
-// manifests), every optional feature on, the controller on the Kubernetes
-// store with three elected replicas, the embedded controller, and the
-// simulated driver without privileges. Together they take every branch of
-// the templates.
+// Variants are the value sets CI renders: the defaults on a cluster with
+// cert-manager (also the plain manifests), every optional feature on, the
+// controller on the Kubernetes store with three elected replicas (with
+// cert-manager), the embedded controller, the simulated driver without
+// privileges on a cluster without cert-manager (the chart makes its own
+// CA), and plaintext gRPC. Together they take every branch of the
+// templates.
 func Variants() []Variant {
 	return []Variant{
-		{Name: "defaults", Values: map[string]any{}},
+		{Name: "defaults", Values: map[string]any{}, APIVersions: []string{CertManagerAPI}},
 		{Name: "all-features", Values: map[string]any{
 			"commonLabels":     map[string]any{"team": "hpc"},
 			"imagePullSecrets": []any{map[string]any{"name": "registry"}},
@@ -71,13 +84,17 @@ func Variants() []Variant {
 		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
 		{Name: "kube-ha", Values: map[string]any{
 			"controller": map[string]any{"store": "kube", "replicas": 3},
-		}},
+		}, APIVersions: []string{CertManagerAPI}},
 		{Name: "embedded-controller", Values: map[string]any{
 			"controller": map[string]any{"enabled": false},
 		}},
 		{Name: "sim-unprivileged", Values: map[string]any{
-			"agent":      map[string]any{"cxiDriver": "sim", "privileged": false},
-			"controller": map[string]any{"persistence": map[string]any{"enabled": false}},
+			"agent": map[string]any{"cxiDriver": "sim", "privileged": false},
+			"controller": map[string]any{"persistence": map[string]any{"enabled": false},
+				"tls": map[string]any{"ipAddresses": []any{"192.0.2.10"}, "dnsNames": []any{"controller.example"}}},
+		}},
+		{Name: "plaintext", Values: map[string]any{
+			"controller": map[string]any{"tls": map[string]any{"enabled": false}},
 		}},
 	}
 }
@@ -117,11 +134,13 @@ func LoadChart(dir string) (*chart.Chart, error) {
 
 // Render renders ch with values over its defaults, as `helm install
 // --dry-run` would for a release slingshot in namespace slingshot on
-// Kubernetes kubeVersion, and returns the manifests in Helm's install
-// order. Missing values are errors (strict mode).
-func Render(ch *chart.Chart, values map[string]any) ([]Rendered, error) {
+// Kubernetes kubeVersion serving also apiVersions, and returns the
+// manifests in Helm's install order. Missing values are errors (strict
+// mode).
+func Render(ch *chart.Chart, values map[string]any, apiVersions ...string) ([]Rendered, error) {
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.KubeVersion = chartutil.KubeVersion{Version: kubeVersion, Major: "1", Minor: "37"}
+	caps.APIVersions = append(slices.Clone(caps.APIVersions), apiVersions...)
 	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{
 		Name: releaseName, Namespace: releaseNamespace, Revision: 1, IsInstall: true,
 	}, caps)

@@ -278,6 +278,9 @@ func (e *Env) values() map[string]any {
 			},
 			"quarantine": "30s",
 			"logLevel":   "debug",
+			// The agents dial the node's address: the certificate
+			// the chart makes (no cert-manager here) names it.
+			"tls": map[string]any{"ipAddresses": []any{n.IP}},
 		},
 	}
 	merge(v, e.opts.Values)

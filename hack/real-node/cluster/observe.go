@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +14,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,8 +32,8 @@ func (e *Env) Inspect(ctx context.Context) (*inspect.Report, error) {
 }
 
 // VNIs asks the controller for its leases and quarantine, as an agent
-// would: with a token of the agent's ServiceAccount for the controller's
-// audience.
+// would: over TLS, trusting the CA the chart made, with a token of the
+// agent's ServiceAccount for the controller's audience.
 func (e *Env) VNIs(ctx context.Context) (*apiv1.ListVNIsResponse, error) {
 	tok, err := e.Node.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ReleaseName+"-agent", &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{Audiences: []string{"slingshot-controller"}},
@@ -39,7 +41,16 @@ func (e *Env) VNIs(ctx context.Context) (*apiv1.ListVNIsResponse, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent token: %w", err)
 	}
-	conn, err := grpc.NewClient(e.ControllerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	sec, err := e.Node.Client.CoreV1().Secrets(Namespace).Get(ctx, ReleaseName+"-controller-tls", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("controller certificate: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+		return nil, fmt.Errorf("controller certificate: no CA in %s", sec.Name)
+	}
+	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	conn, err := grpc.NewClient(e.ControllerAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,35 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s.%s.svc:%v" (include "slingshot.controller.fullname" .) .Release.Namespace .Values.controller.ports.grpc }}
 {{- end }}
 
+{{/* Who provides the controller's gRPC certificate: "secret" (the user's
+controller.tls.secretName), "cert-manager", "helm", or nothing when the
+controller is off or its gRPC is plaintext (controller.tls.enabled=false). */}}
+{{- define "slingshot.controller.tlsProvider" -}}
+{{- $t := .Values.controller.tls }}
+{{- if and .Values.controller.enabled $t.enabled }}
+{{- if $t.secretName }}secret
+{{- else if eq $t.provider "cert-manager" }}cert-manager
+{{- else if eq $t.provider "helm" }}helm
+{{- else if .Capabilities.APIVersions.Has "cert-manager.io/v1" }}cert-manager
+{{- else }}helm
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret of the controller's gRPC certificate (tls.crt, tls.key,
+ca.crt). */}}
+{{- define "slingshot.controller.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "slingshot.controller.fullname" .)) .Values.controller.tls.secretName }}
+{{- end }}
+
+{{/* The DNS names of the controller's certificate, as a JSON list: the
+Service's names and controller.tls.dnsNames. */}}
+{{- define "slingshot.controller.dnsNames" -}}
+{{- $svc := include "slingshot.controller.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.controller.tls.dnsNames | toJson }}
+{{- end }}
+
 {{/* The agent's configuration file: values with the CDI directory filled in. */}}
 {{- define "slingshot.agent.config" -}}
 {{- $cfg := deepCopy .Values.agent.config }}
@@ -83,6 +112,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail "metacontroller.enabled needs controller.enabled: the hooks are served by the controller" }}
 {{- end }}
 {{- $c := .Values.controller }}
+{{- if not (has $c.tls.provider (list "auto" "cert-manager" "helm")) }}
+{{- fail (printf "controller.tls.provider %q: want auto, cert-manager or helm" $c.tls.provider) }}
+{{- end }}
 {{- if not (has $c.store (list "sqlite" "kube")) }}
 {{- fail (printf "controller.store %q: want sqlite or kube" $c.store) }}
 {{- end }}
