@@ -55,8 +55,7 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 			}
 			// Admit one pod, and every third round remove the oldest.
 			p := newPod("churn", fmt.Sprintf("p-%d", i), 1, nil)
-			ns := uint32(4026533000 + i)
-			n.StartSandbox(p, ns)
+			ns := n.StartSandbox(p)
 			if _, err := n.Kubelet.Admit(ctx, p); err == nil {
 				mu.Lock()
 				live[string(p.UID)] = p
@@ -116,7 +115,7 @@ func TestAgentKilledDuringChurn(t *testing.T) {
 		return c == 32 && a == 32, itoa(c) + "/" + itoa(a)
 	})
 	p := newPod("churn", "after-restart", 1, nil)
-	n.StartSandbox(p, 4026534999)
+	n.StartSandbox(p)
 	if _, err := n.Kubelet.Admit(ctx, p); err != nil {
 		t.Fatalf("admit after restart: %v", err)
 	}

@@ -50,7 +50,7 @@ gpu:
 	eventually(t, 10*time.Second, "no free NIC", capacity(nicResource, 0, 0))
 
 	pod := newPodFor(mt, "ml", "trainer-0", 1, nil)
-	n.StartSandbox(pod, 4026536001)
+	netns := n.StartSandbox(pod)
 	opts, err := n.Kubelet.Admit(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ gpu:
 		t.Fatalf("unit gave GPUs %v, NICs %v, env %v", gpus, cxis, env)
 	}
 	svcs := n.Services(cxis[0])
-	if len(svcs) != 1 || svcs[0].Members[0].ID != 4026536001 || svcs[0].VNIs[0] < 1024 {
+	if len(svcs) != 1 || svcs[0].Members[0].ID != netns || svcs[0].VNIs[0] < 1024 {
 		t.Fatalf("services on %s = %+v", cxis[0], svcs)
 	}
 	// The unit's GPUs and NIC share a NUMA node.

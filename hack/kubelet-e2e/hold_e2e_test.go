@@ -37,7 +37,7 @@ func TestUnusedHoldDropped(t *testing.T) {
 		c, _ := n.Kubelet.Capacity(nicResource)
 		return c == 2, itoa(c)
 	})
-	n.StartSandbox(live, 4026536001)
+	n.StartSandbox(live)
 	if _, err := n.Kubelet.Admit(ctx, live); err != nil {
 		t.Fatalf("admit %s: %v", live.Name, err)
 	}

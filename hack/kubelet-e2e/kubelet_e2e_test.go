@@ -44,7 +44,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 
 	pod := newPod("team-a", "solver-0", 2, nil)
 	t.Run("allocate and prestart", func(t *testing.T) {
-		n.StartSandbox(pod, 4026532101)
+		netns := n.StartSandbox(pod)
 		opts, err := n.Kubelet.Admit(ctx, pod)
 		if err != nil {
 			t.Fatal(err)
@@ -97,7 +97,7 @@ func TestKubeletEndToEnd(t *testing.T) {
 				t.Fatalf("%s services = %+v, want 1", name, svcs)
 			}
 			s := svcs[0]
-			if len(s.Members) != 1 || s.Members[0] != (cxi.Member{Type: cxi.MemberNetNS, ID: 4026532101}) {
+			if len(s.Members) != 1 || s.Members[0] != (cxi.Member{Type: cxi.MemberNetNS, ID: netns}) {
 				t.Errorf("%s members = %v, want only the pod's netns", name, s.Members)
 			}
 			if len(s.VNIs) != 1 || s.VNIs[0] < 1024 || vni != 0 && s.VNIs[0] != vni {

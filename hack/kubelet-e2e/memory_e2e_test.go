@@ -39,7 +39,7 @@ func TestAgentResidentMemory(t *testing.T) {
 	}
 	for i := range 100 {
 		p := newPod("mem", fmt.Sprintf("p-%03d", i), 1, nil)
-		n.StartSandbox(p, uint32(4026550000+i))
+		n.StartSandbox(p)
 		if _, err := n.Kubelet.Admit(ctx, p); err != nil {
 			t.Fatalf("admit pod %d: %v", i, err)
 		}

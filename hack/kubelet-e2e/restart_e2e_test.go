@@ -24,7 +24,7 @@ func TestKubeletRestartEmptyList(t *testing.T) {
 		return c == 2 && a == 2, itoa(c) + "/" + itoa(a)
 	})
 	pod := newPod("team-a", "solver-0", 1, nil)
-	n.StartSandbox(pod, 4026537001)
+	n.StartSandbox(pod)
 	opts, err := n.Kubelet.Admit(ctx, pod)
 	if err != nil {
 		t.Fatal(err)

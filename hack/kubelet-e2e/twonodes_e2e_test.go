@@ -37,9 +37,9 @@ func TestTwoNodesShareJobVNI(t *testing.T) {
 		nodes[name] = n
 	}
 
-	vniOf := func(n *harness.Node, p *v1.Pod, netns uint32) uint16 {
+	vniOf := func(n *harness.Node, p *v1.Pod) uint16 {
 		t.Helper()
-		n.StartSandbox(p, netns)
+		netns := n.StartSandbox(p)
 		if _, err := n.Kubelet.Admit(ctx, p); err != nil {
 			t.Fatalf("admit %s on %s: %v", p.Name, n.Name, err)
 		}
@@ -53,9 +53,9 @@ func TestTwoNodesShareJobVNI(t *testing.T) {
 		t.Fatalf("no service for %s on %s", p.Name, n.Name)
 		return 0
 	}
-	va1 := vniOf(nodes["node-a"], a1, 4026535001)
-	vb1 := vniOf(nodes["node-b"], b1, 4026535002)
-	va2 := vniOf(nodes["node-a"], a2, 4026535003)
+	va1 := vniOf(nodes["node-a"], a1)
+	vb1 := vniOf(nodes["node-b"], b1)
+	va2 := vniOf(nodes["node-a"], a2)
 	t.Logf("job solver: VNI %d on node-a, %d on node-b; job other: VNI %d", va1, vb1, va2)
 	if va1 != vb1 {
 		t.Errorf("pods of one job got VNIs %d and %d", va1, vb1)

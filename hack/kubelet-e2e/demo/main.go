@@ -188,13 +188,12 @@ gpu:
 		netns uint32
 	}
 	var pods []running
-	for i, spec := range []struct{ job, pod string }{
+	for _, spec := range []struct{ job, pod string }{
 		{"cfd-solver", "cfd-solver-0"}, {"cfd-solver", "cfd-solver-1"}, {"md-sim", "md-sim-0"},
 	} {
 		owner := &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: spec.job, UID: types.UID("job-" + spec.job), Controller: harness.Ptr(true)}
 		p := harness.NewPod("hpc", spec.pod, 2, owner)
-		netns := uint32(4026540001 + i)
-		n.StartSandbox(p, netns)
+		netns := n.StartSandbox(p)
 		t0 := time.Now()
 		opts, err := n.Kubelet.Admit(d.ctx, p)
 		if err != nil {

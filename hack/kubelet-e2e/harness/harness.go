@@ -139,7 +139,7 @@ func NewNodeSpec(t TB, name string, spec mocksysfs.Spec) *Node {
 			t.Fatal(err)
 		}
 	}
-	n.writeProc("1", "0::/init.scope\n", 4026531840) // the host
+	n.writeProc("1", "0::/init.scope\n", "/proc/self/ns/net") // the host: the harness's own
 	cfg := fmt.Sprintf("podResources: {pollInterval: 100ms}\nhealth: {pollInterval: 100ms}\ncdi: {specDir: %s}\n", n.CDIDir)
 	if err := os.WriteFile(n.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,10 @@ func NewNodeSpec(t TB, name string, spec mocksysfs.Spec) *Node {
 	return n
 }
 
-func (n *Node) writeProc(pid, cgroup string, netns uint32) {
+// writeProc adds a process to the node's proc tree: its cgroup, and its
+// ns/net, a link to the real network namespace file nsFile, which the
+// agent opens and holds as it would a pod's.
+func (n *Node) writeProc(pid, cgroup, nsFile string) {
 	n.t.Helper()
 	d := filepath.Join(n.ProcDir, pid)
 	if err := os.MkdirAll(filepath.Join(d, "ns"), 0o755); err != nil {
@@ -156,17 +159,43 @@ func (n *Node) writeProc(pid, cgroup string, netns uint32) {
 	if err := os.WriteFile(filepath.Join(d, "cgroup"), []byte(cgroup), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
-	if err := os.Symlink(fmt.Sprintf("net:[%d]", netns), filepath.Join(d, "ns", "net")); err != nil {
+	if err := os.Symlink(nsFile, filepath.Join(d, "ns", "net")); err != nil {
 		n.t.Fatal(err)
 	}
 }
 
 // StartSandbox makes the pod's sandbox process visible in the proc tree,
-// in its own network namespace, as the runtime would before containers
-// start.
-func (n *Node) StartSandbox(pod *v1.Pod, netns uint32) {
+// in a network namespace of its own, as the runtime would before
+// containers start, and returns that namespace's inode: what the pod's
+// services must name as their member. The namespace is a real one, held
+// by a process of the harness (`unshare --net`) until the test ends.
+func (n *Node) StartSandbox(pod *v1.Pod) uint32 {
+	n.t.Helper()
+	// The child says "ready" once it runs in its new namespace.
+	holder := exec.Command("unshare", "--net", "sh", "-c", "echo ready; exec sleep infinity")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		n.t.Fatalf("a network namespace for pod %s (needs root and util-linux's unshare): %v", pod.Name, err)
+	}
+	n.t.Cleanup(func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		n.t.Fatalf("network namespace of pod %s: the holder said %q: %v", pod.Name, line, err)
+	}
+	nsFile := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
+	var st syscall.Stat_t
+	if err := syscall.Stat(nsFile, &st); err != nil {
+		n.t.Fatalf("network namespace of pod %s: %v", pod.Name, err)
+	}
+	ino := uint32(st.Ino)
 	n.nextPID++
-	n.writeProc(strconv.Itoa(n.nextPID), "0::/kubepods/besteffort/pod"+string(pod.UID)+"/sandbox\n", netns)
+	n.writeProc(strconv.Itoa(n.nextPID), "0::/kubepods/besteffort/pod"+string(pod.UID)+"/sandbox\n", nsFile)
+	return ino
 }
 
 func (n *Node) StartKubelet(ctx context.Context, pods ...*v1.Pod) {
