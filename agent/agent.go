@@ -3,19 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
@@ -110,35 +105,6 @@ func policyFrom(c config.Config) policy {
 		p.fallback = &cxi.Member{Type: cxi.MemberGID, ID: *c.Membership.FallbackGID}
 	}
 	return p
-}
-
-// serveHTTP sets up the admin endpoint; an empty address serves nothing.
-// notReady says why the agent must not report ready beyond its start, or "".
-func serveHTTP(addr string, reg *prometheus.Registry, ready *atomic.Bool, dp *deviceplugin.Server, report func(context.Context) *inspect.Report, notReady func() string) (*http.Server, net.Listener, error) {
-	if addr == "" {
-		return nil, nil, nil
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := notReady(); why != "" {
-			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
-			return
-		}
-		st := dp.Status()
-		if !ready.Load() || !st.Serving {
-			http.Error(w, "not ready: reconciling or not serving the kubelet", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.Handle(inspect.Path, inspect.Handler(report))
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("listen %s: %w", addr, err)
-	}
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis, nil
 }
 
 // inventory is the NICs the agent serves and their health, as the device

@@ -294,7 +294,7 @@ func (a *parts) buildServing(context.Context) error {
 	})
 	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	var err error
-	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.reg, &a.ready, a.server, a.report, a.dsvc.notReady); err != nil {
+	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.server, a.report, a.dsvc.notReady); err != nil {
 		return err
 	}
 	if a.lis != nil {

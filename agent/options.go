@@ -52,6 +52,10 @@ type Options struct {
 	Config              string
 	NodeName            string
 	MetricsAddr         string
+	// InspectAddr is a loopback address where /inspect is served besides
+	// MetricsAddr's, on which it is answered only when that is a loopback
+	// address too: it takes no credentials.
+	InspectAddr string
 	// CleanManaged also destroys, at start, every non-system service whose
 	// VNIs all fall in ManagedVNIs, as `flux-slingshot clean --all` does.
 	CleanManaged bool
@@ -79,7 +83,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CXIDriver, "cxi-driver", DriverUAPI, "CXI driver: \"uapi\" for the real driver, \"sim\" for the simulated one")
 	fs.StringVar(&o.Config, "config", "", "YAML configuration `file`; reloaded when it changes (empty: defaults)")
 	fs.StringVar(&o.NodeName, "node-name", "", "this node's `name` (default $NODE_NAME, then the host name)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9479", "`address` of the HTTP endpoint: /metrics, /healthz, /readyz, /inspect")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9479", "`address` of the HTTP endpoint: /metrics, /healthz, /readyz, and /inspect when the address is a loopback one")
+	fs.StringVar(&o.InspectAddr, "inspect-addr", "", "loopback `address` (127.0.0.1:PORT) that also serves the HTTP endpoint, for /inspect where --metrics-addr is the node's address; /inspect takes no credentials and is never answered on other addresses")
 	fs.BoolVar(&o.CleanManaged, "clean-managed", false, "at start, also destroy every non-system CXI service whose VNIs all fall in --managed-vnis, whoever made it")
 	fs.StringVar(&o.ManagedVNIs, "managed-vnis", "1024-65535", "VNI `range` min-max the cluster hands out, for --clean-managed")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
@@ -145,6 +150,9 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("--metrics-addr %q: %w", o.MetricsAddr, err))
 		}
+	}
+	if o.InspectAddr != "" && !isLoopback(o.InspectAddr) {
+		errs = append(errs, fmt.Errorf("--inspect-addr %q: %w", o.InspectAddr, errInspectNotLoopback))
 	}
 	if _, _, err := ParseVNIRange(o.ManagedVNIs); err != nil {
 		errs = append(errs, fmt.Errorf("--managed-vnis: %w", err))

@@ -99,7 +99,7 @@ func usageFlagErr(err error) error {
 func runInspect(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("slingshot-agent inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "http://127.0.0.1:9479", "the running agent's HTTP `endpoint` (its --metrics-addr)")
+	addr := fs.String("addr", "http://127.0.0.1:9479", "the running agent's HTTP `endpoint` on this host: its --inspect-addr, or its --metrics-addr when that is a loopback address (/inspect is answered on loopback only)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this `duration`")
 	fs.Usage = flagenv.Usage(fs, agent.EnvPrefix+"INSPECT_", "usage: slingshot-agent inspect [--json] [--addr URL]\n\nPrints the running agent's NICs, CXI services, pods and leases.")

@@ -37,6 +37,7 @@ const (
 	ReleaseName   = "slingshot"
 	Resource      = "hpe.com/cxi"
 	AgentPort     = 9479
+	InspectPort   = 9480
 	GRPCPort      = 9440
 	// cxiMajor is the character-device major of the mock /dev/cxiN, the
 	// one the mock sysfs tree's cxi_user class names.
@@ -67,8 +68,10 @@ type Env struct {
 	Release *install.Release
 	Machine *mocksysfs.Truth
 	// AgentURL is the agent's HTTP endpoint (host network, node address);
-	// ControllerAddr the controller's gRPC address.
-	AgentURL, ControllerAddr string
+	// InspectURL its /inspect endpoint, on the node's loopback, which this
+	// program shares as the node's init; ControllerAddr the controller's
+	// gRPC address.
+	AgentURL, InspectURL, ControllerAddr string
 	// Capacity is the node's hpe.com/cxi allocatable.
 	Capacity int
 	opts     Options
@@ -120,6 +123,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	e := &Env{
 		Node: n, Machine: machine, opts: o,
 		AgentURL:       fmt.Sprintf("http://%s:%d", n.IP, AgentPort),
+		InspectURL:     fmt.Sprintf("http://127.0.0.1:%d", InspectPort),
 		ControllerAddr: fmt.Sprintf("%s:%d", n.IP, GRPCPort),
 		Capacity:       o.NICs * o.SharesPerNIC,
 	}

@@ -28,7 +28,7 @@ import (
 // Inspect is the agent's own report: NICs, services (with members and
 // VNIs, as the driver lists them) and pods.
 func (e *Env) Inspect(ctx context.Context) (*inspect.Report, error) {
-	return inspect.Fetch(ctx, e.AgentURL)
+	return inspect.Fetch(ctx, e.InspectURL)
 }
 
 // VNIs asks the controller for its leases and quarantine, as an agent

@@ -65,7 +65,7 @@ another terminal through them (PID %[2]d on the host is its init):
 
 (%[5]s: a Job of two pods with one NIC share each.)
 Logs: %[7]s. Ctrl-C here tears the node down and removes %[8]s.
-`, cluster.Namespace, node.HostPID(root), env.Node.Kubeconfig, env.KubectlPath(), jobFile, env.AgentURL, env.Node.LogDir, root)
+`, cluster.Namespace, node.HostPID(root), env.Node.Kubeconfig, env.KubectlPath(), jobFile, env.InspectURL, env.Node.LogDir, root)
 	<-ctx.Done()
 	fmt.Println("demo-node: stopping")
 	return nil
