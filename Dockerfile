@@ -6,7 +6,10 @@
 #   docker build --target controller -t REGISTRY/slingshot-controller:TAG .
 #
 # Both binaries are static (CGO_ENABLED=0, -trimpath): `make build` builds
-# the same ones into bin/. The base is distroless static (CA certificates,
+# the same ones into bin/. The agent talks to the cluster controller and
+# links no database; for an agent that runs the controller in-process
+# (--controller=embedded, the chart's controller.enabled=false), build its
+# image with --build-arg TAGS=embedded_controller. The base is distroless static (CA certificates,
 # tzdata, /etc/passwd with the nonroot user, no shell, no package manager).
 # The Helm chart (deploy/helm/slingshot) sets the rest of each program's
 # privileges; the agent's are listed and explained there and below.
@@ -16,6 +19,8 @@ ARG GO_VERSION=1.26
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
+# Go build tags: embedded_controller for an agent with the embedded controller.
+ARG TAGS=""
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
@@ -23,7 +28,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/...
+    go build -trimpath -tags "${TAGS}" -ldflags='-s -w' -o /out/ ./cmd/...
 
 # The cluster controller: talks to the API server and serves its ports, so it
 # runs as the unprivileged nonroot user (65532) with nothing added.

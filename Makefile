@@ -8,6 +8,9 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
 LDFLAGS   ?= -s -w
+# TAGS: Go build tags of `make build`; TAGS=embedded_controller gives the
+# agent the in-process controller (--controller=embedded) and sqlite.
+TAGS      ?=
 
 .PHONY: all build test e2e demo check lint bench fuzz generate clean
 
@@ -15,12 +18,14 @@ all: build
 
 ## build: static binaries of both programs into ./bin
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## test: go vet and the race-enabled unit tests of the whole module
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
+	$(GO) vet -tags embedded_controller ./cmd/slingshot-agent
+	$(GO) test -race -count=1 -tags embedded_controller ./cmd/slingshot-agent
 
 ## e2e: the end-to-end tests against the kubelet's own device manager
 ## (their own Go module, so the project's go.mod stays lean)

@@ -22,7 +22,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
-	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -50,7 +49,7 @@ type parts struct {
 	server     *deviceplugin.Server
 	unitServer *deviceplugin.Server // nil without a GPU machine type
 	watcher    *podwatch.Watcher
-	client     *controllerclient.Client
+	client     *controllerLink
 	mon        *health.Monitor
 	cfgWatcher *config.Watcher // nil without a config file
 	httpSrv    *http.Server    // nil without a metrics address

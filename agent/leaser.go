@@ -4,15 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
-	"github.com/slingshot-k8s/slingshot/controller"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
 
@@ -36,11 +38,64 @@ func (t timedLeaser) ReleaseJobVNI(ctx context.Context, l controllerclient.Lease
 	return err
 }
 
-// newLeaser connects to the controller, or starts the embedded one; its
-// heartbeats report the VNIs inUse returns. The
-// returned client's Run must run (heartbeats, pool refills) and its Close
-// be called after Run returned.
-func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([]uint16, error), logger *slog.Logger, reg prometheus.Registerer) (*controllerclient.Client, error) {
+// EmbeddedController is the controller that --controller=embedded runs
+// in-process (package controller/embedded is one): the agent calls it
+// through API, runs Run beside its client, and Closes it after Run
+// returned.
+type EmbeddedController interface {
+	API() apiv1.ControllerClient
+	Run(ctx context.Context) error
+	Close() error
+}
+
+// EmbeddedOpener opens the embedded controller with its state in dir.
+// The agent's main sets [Options.EmbeddedController] to one only in a
+// binary built to carry the controller and its database.
+type EmbeddedOpener func(ctx context.Context, dir string, logger *slog.Logger, reg prometheus.Registerer) (EmbeddedController, error)
+
+// ErrNoEmbeddedController is returned for --controller=embedded when
+// Options.EmbeddedController is nil.
+var ErrNoEmbeddedController = errors.New(`--controller=embedded: this slingshot-agent was built without the embedded controller ` +
+	`(build it with -tags embedded_controller), give the cluster controller's host:port instead`)
+
+// controllerLink is the agent's controller client and, in embedded mode,
+// the controller it calls: Run runs both until ctx ends or the controller
+// fails; Close closes the client, then the controller.
+type controllerLink struct {
+	*controllerclient.Client
+	embedded EmbeddedController // nil for a remote controller
+}
+
+// Run runs the client's heartbeats and refills, and the embedded
+// controller; it returns nil when ctx ends, or the controller's error.
+func (l *controllerLink) Run(ctx context.Context) error {
+	if l.embedded == nil {
+		return l.Client.Run(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return l.embedded.Run(gctx) })
+	g.Go(func() error { return l.Client.Run(gctx) })
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("embedded controller: %w", err)
+	}
+	return nil
+}
+
+// Close releases the client and the embedded controller's store; call it
+// after Run returned. It is safe to call twice.
+func (l *controllerLink) Close() error {
+	err := l.Client.Close()
+	if l.embedded != nil {
+		err = errors.Join(err, l.embedded.Close())
+	}
+	return err
+}
+
+// newLeaser connects to the controller, or opens the embedded one with
+// opts.EmbeddedController; its heartbeats report the VNIs inUse returns.
+// The returned link's Run must run (heartbeats, pool refills, the embedded
+// controller) and its Close be called after Run returned.
+func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([]uint16, error), logger *slog.Logger, reg prometheus.Registerer) (*controllerLink, error) {
 	copts := controllerclient.Options{
 		Node:       opts.NodeName,
 		Heartbeat:  opts.ControllerHeartbeat,
@@ -49,11 +104,7 @@ func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([
 		Registerer: reg,
 	}
 	if opts.Controller == "embedded" {
-		c, err := controllerclient.Embedded(ctx, filepath.Join(opts.StateDir, "controller"), controller.Config{}, copts)
-		if err != nil {
-			return nil, fmt.Errorf("embedded controller: %w", err)
-		}
-		return c, nil
+		return newEmbeddedLink(ctx, opts, copts, logger, reg)
 	}
 	tlsConf, err := controllerTLS(opts)
 	if err != nil {
@@ -66,7 +117,24 @@ func newLeaser(ctx context.Context, opts Options, inUse func(context.Context) ([
 	if err != nil {
 		return nil, fmt.Errorf("controller %s: %w", opts.Controller, err)
 	}
-	return c, nil
+	return &controllerLink{Client: c}, nil
+}
+
+// newEmbeddedLink opens the embedded controller in the state directory
+// and a client that calls it in-process.
+func newEmbeddedLink(ctx context.Context, opts Options, copts controllerclient.Options, logger *slog.Logger, reg prometheus.Registerer) (*controllerLink, error) {
+	if opts.EmbeddedController == nil {
+		return nil, ErrNoEmbeddedController
+	}
+	ec, err := opts.EmbeddedController(ctx, filepath.Join(opts.StateDir, "controller"), logger.With("component", "controller"), reg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded controller: %w", err)
+	}
+	c, err := controllerclient.New(ec.API(), copts)
+	if err != nil {
+		return nil, errors.Join(err, ec.Close())
+	}
+	return &controllerLink{Client: c, embedded: ec}, nil
 }
 
 // controllerTLS builds the client TLS configuration: the CA that signed

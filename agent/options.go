@@ -36,6 +36,10 @@ type Options struct {
 	CRISocket  string
 	StateDir   string
 	Controller string
+	// EmbeddedController opens the in-process controller of
+	// --controller=embedded; nil refuses that mode. The agent's main sets
+	// it in binaries built with the embedded_controller tag.
+	EmbeddedController EmbeddedOpener
 	// ControllerCA, ControllerCert, ControllerKey and ControllerTokenFile
 	// authenticate the agent to a remote controller (mTLS, or a projected
 	// ServiceAccount token over TLS). ControllerInsecureToken allows the
@@ -73,7 +77,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's, whose runtime answers; \"none\": /proc only")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
-	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory")
+	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory (binaries built with -tags embedded_controller)")
 	fs.StringVar(&o.ControllerCA, "controller-ca-file", "", "PEM `file` of the CA that signed the controller's certificate")
 	fs.StringVar(&o.ControllerCert, "controller-cert-file", "", "PEM certificate `file` the agent presents to the controller (mTLS)")
 	fs.StringVar(&o.ControllerKey, "controller-key-file", "", "PEM private key `file` of --controller-cert-file")

@@ -7,17 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
-	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
-	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 	"google.golang.org/grpc"
@@ -119,16 +115,16 @@ type Client struct {
 	pool  *podPool
 	kick  chan struct{}
 	calls *prometheus.CounterVec
-
-	// embedded mode
-	svc   *controller.Service
-	close func() error
 	once  sync.Once
 }
 
 var errNoNode = errors.New("options: node name required")
 
-func newClient(api apiv1.ControllerClient, opts Options) (*Client, error) {
+// New returns a client that calls the controller through api: a gRPC
+// client (Dial makes one), or an in-process controller's (see package
+// controller/embedded). The caller owns api and whatever serves it. Of
+// opts, TLS and the token are Dial's; New ignores them.
+func New(api apiv1.ControllerClient, opts Options) (*Client, error) {
 	if opts.Node == "" {
 		return nil, errNoNode
 	}
@@ -187,54 +183,22 @@ func Dial(addr string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c, err := newClient(apiv1.NewControllerClient(conn), opts)
+	c, err := New(apiv1.NewControllerClient(conn), opts)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	c.conn = conn
-	c.close = conn.Close
 	return c, nil
 }
 
-// Embedded returns a client of an in-process controller whose sqlite
-// database lives in stateDir (controller.db). Its Run also runs the
-// controller. cfg.Registerer and cfg.Logger default to the options'.
-func Embedded(ctx context.Context, stateDir string, cfg controller.Config, opts Options) (*Client, error) {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(stateDir, "controller.db"))
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = opts.Logger
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = opts.Registerer
-	}
-	svc, err := controller.New(st, nil, nil, cfg)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	c, err := newClient(grpcapi.NewLocalClient(grpcapi.NewServer(svc, cfg.SliceTTL)), opts)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	c.svc, c.close = svc, st.Close
-	return c, nil
-}
-
-// Close releases the connection or the embedded store; call it after Run
-// has returned. It is safe to call twice.
+// Close releases Dial's connection (a client from New has none); call it
+// after Run has returned. It is safe to call twice.
 func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
-		if c.close != nil {
-			err = c.close()
+		if c.conn != nil {
+			err = c.conn.Close()
 		}
 	})
 	return err
@@ -365,35 +329,14 @@ func (c *Client) refill() {
 }
 
 // Run heartbeats every Options.Heartbeat, refills the pod VNI pool ahead
-// of need and gives back idle slices, until ctx ends; in embedded mode it
-// also runs the controller. It returns nil when ctx ends, or the embedded
-// controller's error.
+// of need and gives back idle slices, until ctx ends; then it returns nil.
 func (c *Client) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	svcErr := make(chan error, 1)
-	if c.svc != nil {
-		wg.Go(func() {
-			err := c.svc.Run(ctx)
-			svcErr <- err
-			if err != nil {
-				cancel()
-			}
-		})
-	}
-	defer wg.Wait()
 	t := time.NewTicker(c.opts.Heartbeat)
 	defer t.Stop()
 	c.tick(ctx)
 	for {
 		select {
 		case <-ctx.Done():
-			if c.svc != nil {
-				cancel()
-				wg.Wait()
-				return <-svcErr
-			}
 			return nil
 		case <-t.C:
 			c.tick(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/controller/embedded"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
@@ -36,6 +37,29 @@ func runClient(t *testing.T, c *Client) {
 	})
 }
 
+// runController runs an in-process controller with its store under
+// t.TempDir() until the test ends, as the agent's embedded mode does.
+func runController(t *testing.T, cfg controller.Config) *embedded.Controller {
+	t.Helper()
+	ec, err := embedded.Open(t.Context(), t.TempDir(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- ec.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller Run: %v", err)
+		}
+		if err := ec.Close(); err != nil {
+			t.Errorf("controller Close: %v", err)
+		}
+	})
+	return ec
+}
+
 // countingAPI counts calls that reach the controller.
 type countingAPI struct {
 	apiv1.ControllerClient
@@ -53,7 +77,8 @@ func (c *countingAPI) AcquireSlices(ctx context.Context, in *apiv1.AcquireSlices
 }
 
 func TestEmbeddedPodScoped(t *testing.T) {
-	c, err := Embedded(t.Context(), t.TempDir(), controller.Config{}, Options{Node: "n1", Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
+	ec := runController(t, controller.Config{})
+	c, err := New(ec.API(), Options{Node: "n1", Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,21 +111,12 @@ func TestEmbeddedPodScoped(t *testing.T) {
 }
 
 func TestLocalPoolNeedsNoCall(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
+	ec := runController(t, controller.Config{PodVNIRange: vnialloc.Range{Min: 2048, Max: 2175}, PodVNISliceSize: 32})
+	api := &countingAPI{ControllerClient: ec.API()}
+	c, err := New(api, Options{Node: "n1", LowWater: 8, Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := controller.Config{PodVNIRange: vnialloc.Range{Min: 2048, Max: 2175}, PodVNISliceSize: 32}
-	svc, err := controller.New(st, nil, nil, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &countingAPI{ControllerClient: grpcapi.NewLocalClient(grpcapi.NewServer(svc, time.Minute))}
-	c, err := newClient(api, Options{Node: "n1", LowWater: 8, Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.svc, c.close = svc, st.Close
 	runClient(t, c)
 	ctx := t.Context()
 	first, err := c.PodVNI(ctx) // waits for the first refill
@@ -210,22 +226,14 @@ func (r *renewRecorder) RenewSlices(ctx context.Context, in *apiv1.RenewSlicesRe
 }
 
 func TestHeartbeatReportsVNIsInUse(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := controller.New(st, nil, nil, controller.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &renewRecorder{ControllerClient: grpcapi.NewLocalClient(grpcapi.NewServer(svc, time.Minute))}
+	ec := runController(t, controller.Config{})
+	api := &renewRecorder{ControllerClient: ec.API()}
 	inUse := func(context.Context) ([]uint16, error) { return []uint16{1024, 4000}, nil }
-	c, err := newClient(api, Options{Node: "n1", InUseVNIs: func(ctx context.Context) ([]uint16, error) { return inUse(ctx) },
+	c, err := New(api, Options{Node: "n1", InUseVNIs: func(ctx context.Context) ([]uint16, error) { return inUse(ctx) },
 		Retry: backoff.Policy{Attempts: 50, Initial: time.Millisecond, Wait: backoff.Sleep}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.svc, c.close = svc, st.Close
 	runClient(t, c)
 	ctx := t.Context()
 	if _, err := c.AcquireJobVNI(ctx, PodRef{Namespace: "a", Name: "p", UID: "u"}); err != nil {

@@ -1,13 +1,13 @@
 // Package controllerclient is the node agent's side of the controller:
 // job VNI leases with bounded retries, the node's warm pool of pod-scoped
-// VNIs, slice heartbeats, and an embedded mode that runs the controller
-// in-process behind the same interface.
+// VNIs and slice heartbeats. It is a client of the controller's wire API
+// (controller/api/v1) only: it links neither the controller nor a store.
 //
 // # Use
 //
 //	c, err := controllerclient.Dial("controller.slingshot:9440", controllerclient.Options{
 //		Node: nodeName, TokenFile: "/var/run/secrets/slingshot/token", TLS: tlsConfig})
-//	// or: c, err := controllerclient.Embedded(ctx, stateDir, controller.Config{...}, opts)
+//	// or, for a controller in-process: c, err := controllerclient.New(ec.API(), opts)
 //	defer c.Close()
 //	c.RestorePodVNIs(vnisFromCheckpoint) // before Run: what running pods use
 //	go c.Run(ctx)                        // heartbeats and pool refills; must run
@@ -47,14 +47,15 @@
 // leases the slice; only a refusal before acting (a bad argument or
 // credential on the one attempt made) puts them back.
 //
-// # Embedded mode
+// # In-process controller
 //
-// Embedded runs a [controller.Service] with its sqlite store in the given
-// state directory, in-process, with no network and no authentication.
-// There is no Kubernetes API then, so every VNI is pod-scoped (from the
-// pod VNI range if one is configured, else from the main range).
+// [New] takes any [apiv1.ControllerClient]. The agent's embedded mode
+// (--controller=embedded) passes the API of a controller it runs
+// in-process (package controller/embedded), which its main links only in
+// binaries built with the embedded_controller tag; that controller's Run
+// and Close are its owner's, not the client's.
 //
 // A Client is safe for concurrent use. Run owns the client's background
-// work and returns when its context ends; Close releases the connection
-// (and the embedded store) after Run has returned.
+// work and returns when its context ends; Close releases Dial's
+// connection after Run has returned.
 package controllerclient

@@ -171,7 +171,7 @@ func doneContext(t *testing.T) context.Context {
 
 func newGiveBackClient(t *testing.T, api apiv1.ControllerClient, lowWater int) *Client {
 	t.Helper()
-	c, err := newClient(api, Options{Node: "n1", LowWater: lowWater, Retry: backoff.Policy{Attempts: 2, Wait: noWait}})
+	c, err := New(api, Options{Node: "n1", LowWater: lowWater, Retry: backoff.Policy{Attempts: 2, Wait: noWait}})
 	if err != nil {
 		t.Fatal(err)
 	}

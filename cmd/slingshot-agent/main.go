@@ -80,6 +80,10 @@ namespace as member, the job's VNI) before the pod's code runs.`)
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
+	opts.EmbeddedController = embeddedController
+	if opts.Controller == "embedded" && opts.EmbeddedController == nil {
+		return usageError{agent.ErrNoEmbeddedController}
+	}
 	logger, err := newLogger(stderr, opts.LogLevel, opts.LogFormat)
 	if err != nil {
 		return usageError{err}

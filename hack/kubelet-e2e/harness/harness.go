@@ -60,10 +60,12 @@ const NICResource = "hpe.com/cxi"
 var AgentBin string
 
 // BuildAgent builds the agent in the project's own module (with its own
-// go.mod, as it ships) into dir and sets AgentBin.
+// go.mod, as it ships) into dir and sets AgentBin. It carries the embedded
+// controller (the embedded_controller tag): the node has no cluster
+// controller.
 func BuildAgent(dir string, race bool) error {
 	AgentBin = filepath.Join(dir, "slingshot-agent")
-	args := []string{"build", "-o", AgentBin}
+	args := []string{"build", "-tags", "embedded_controller", "-o", AgentBin}
 	if race {
 		args = append(args, "-race")
 	}
