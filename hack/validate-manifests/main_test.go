@@ -194,7 +194,7 @@ func TestRenderFeatures(t *testing.T) {
 		return kinds
 	}
 	def := count(nil)
-	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 0, "PodDisruptionBudget": 0, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 0} {
+	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 0, "PodDisruptionBudget": 0, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 1} {
 		if def[kind] != want {
 			t.Errorf("defaults: %d %s, want %d", def[kind], kind, want)
 		}
