@@ -42,6 +42,11 @@ type Config struct {
 	// and then records the lease. A negative value keeps every hold until
 	// its release or the node's deletion.
 	HoldGrace time.Duration
+	// MaxLeasesPerNamespace caps the VNI leases the owners of one
+	// namespace hold (jobs, claims and pods leased from VNIRange, those
+	// draining included), so that one namespace cannot drain the range;
+	// an acquire past it fails with an ExhaustedError. 0 means no cap.
+	MaxLeasesPerNamespace int
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -129,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if c.SliceGrace < 0 || c.SweepInterval < 0 || c.SweepOwners < 0 {
 		errs = append(errs, errors.New("negative slice grace, sweep interval or sweep owners"))
+	}
+	if c.MaxLeasesPerNamespace < 0 {
+		errs = append(errs, fmt.Errorf("negative leases per namespace cap %d", c.MaxLeasesPerNamespace))
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,9 @@ var (
 	// ErrOwnerGone is wrapped when a pod asks for the VNI of an owner that
 	// is being deleted.
 	ErrOwnerGone = errors.New("owner is gone")
+	// ErrNamespaceFull is wrapped when a namespace holds
+	// Config.MaxLeasesPerNamespace leases; see [ExhaustedError].
+	ErrNamespaceFull = errors.New("namespace lease cap reached")
 	// ErrConfigConflict is wrapped when the configuration contradicts the
 	// stored state (a range shrunk over live leases).
 	ErrConfigConflict = errors.New("configuration conflicts with stored state")
@@ -34,14 +37,16 @@ func (e *FieldError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Fie
 // Is reports whether target is ErrInvalidArgument.
 func (e *FieldError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// ExhaustedError says which range is full. It matches ErrExhausted and
-// unwraps to the allocator's error.
+// ExhaustedError says which range is full, or which namespace holds as
+// many leases as it may. It matches ErrExhausted and unwraps to the
+// allocator's error, or to one wrapping ErrNamespaceFull.
 type ExhaustedError struct {
-	// Resource is "vni" or the pool name.
+	// Resource is "vni", the pool name, or "namespace" for the cap on the
+	// leases of one namespace.
 	Resource string
-	// Range is the configured range, e.g. "1024-65535".
+	// Range is the configured range, e.g. "1024-65535", or the namespace.
 	Range string
-	// Capacity is the number of VNIs or slices of the range.
+	// Capacity is the number of VNIs or slices of the range, or the cap.
 	Capacity int
 	Err      error
 }

@@ -148,6 +148,10 @@ func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Ow
 	var b *batch
 	switch {
 	case l == nil:
+		if err := s.capLocked(owner.Namespace); err != nil {
+			s.mu.Unlock()
+			return Lease{}, err
+		}
 		ops := s.expireLocked(now)
 		vni, err := s.alloc.Allocate()
 		if err != nil {
@@ -160,6 +164,7 @@ func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Ow
 			l.rec.Nodes = []string{node}
 		}
 		s.leases[key] = l
+		s.perNS[owner.Namespace]++
 		rec := l.rec
 		b = s.enqueue(append(ops, store.Put(&rec, 0))...)
 		l.pending = b
@@ -184,6 +189,19 @@ func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Ow
 	return info, nil
 }
 
+// capLocked returns an ExhaustedError wrapping ErrNamespaceFull when
+// namespace ns holds as many leases as Config.MaxLeasesPerNamespace
+// allows; call with s.mu held.
+func (s *Service) capLocked(ns string) error {
+	limit := s.cfg.MaxLeasesPerNamespace
+	if limit <= 0 || s.perNS[ns] < limit {
+		return nil
+	}
+	return &ExhaustedError{Resource: "namespace", Range: ns, Capacity: limit,
+		Err: fmt.Errorf("%w: namespace %s holds %d VNI leases, the most one namespace may hold (--max-leases-per-namespace=%d); end some of its jobs or raise the cap",
+			ErrNamespaceFull, ns, s.perNS[ns], limit)}
+}
+
 func (s *Service) needClaimCheck(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,6 +222,9 @@ func (s *Service) putLocked(l *lease) *batch {
 // freeLocked deletes l and puts its VNI into quarantine.
 func (s *Service) freeLocked(l *lease, now time.Time) *batch {
 	delete(s.leases, l.rec.Key)
+	if s.perNS[l.rec.Owner.Namespace]--; s.perNS[l.rec.Owner.Namespace] <= 0 {
+		delete(s.perNS, l.rec.Owner.Namespace)
+	}
 	s.alloc.Release(l.rec.VNI, now)
 	rec := l.rec
 	ops := []store.Op{store.Delete(&rec, rec.Version)}

@@ -24,6 +24,8 @@ func Result(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, ErrNamespaceFull):
+		return "namespace_full"
 	case errors.Is(err, ErrExhausted):
 		return "exhausted"
 	case errors.Is(err, ErrInvalidArgument):

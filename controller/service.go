@@ -82,6 +82,7 @@ type Service struct {
 	ready      bool
 	alloc      *vnialloc.Allocator
 	leases     map[string]*lease
+	perNS      map[string]int // leases of each owner namespace, for the cap
 	quarantine map[uint16]store.Quarantine
 	pools      map[string]*slices.Table
 	poolOrder  []string
@@ -190,6 +191,7 @@ func (s *Service) load(ctx context.Context) error {
 		meta[key] = next
 	}
 	leases := make(map[string]*lease, len(state.Leases))
+	perNS := map[string]int{}
 	var conflicts []error
 	for _, l := range state.Leases {
 		if err := alloc.Take(l.VNI); err != nil {
@@ -198,6 +200,7 @@ func (s *Service) load(ctx context.Context) error {
 			continue
 		}
 		leases[l.Key] = &lease{rec: l}
+		perNS[l.Owner.Namespace]++
 	}
 	quarantine := map[uint16]store.Quarantine{}
 	sort.SliceStable(state.Quarantine, func(i, j int) bool { return state.Quarantine[i].Released.Before(state.Quarantine[j].Released) })
@@ -262,7 +265,7 @@ func (s *Service) load(ctx context.Context) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.alloc, s.leases, s.quarantine, s.pools, s.poolOrder, s.meta = alloc, leases, quarantine, pools, order, meta
+	s.alloc, s.leases, s.perNS, s.quarantine, s.pools, s.poolOrder, s.meta = alloc, leases, perNS, quarantine, pools, order, meta
 	s.cursorSeen = alloc.Cursor()
 	s.cur = newBatch()
 	s.lastSeen = map[string]time.Time{}

@@ -31,6 +31,7 @@ type Config struct {
 	IPPools                          string
 	Quarantine, SliceTTL, SliceGrace time.Duration
 	SweepInterval, HoldGrace         time.Duration
+	MaxLeasesPerNamespace            int
 	OwnerKinds                       string
 	NoKube                           bool
 	Kubeconfig                       string
@@ -81,6 +82,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.DurationVar(&c.SliceGrace, "slice-grace", 5*time.Minute, "how long a node must be gone before its empty slices are reclaimed and a deleted node stops holding VNIs")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 10*time.Second, "interval of reclaim sweeps (quarantine, gone owners, gone nodes, unused holds)")
 	fs.DurationVar(&c.HoldGrace, "hold-grace", 2*time.Minute, "how long after a node's last acquire of a lease its heartbeat's report of the VNIs it uses must still lack the lease's VNI before the node's hold is dropped (0: never drop)")
+	fs.IntVar(&c.MaxLeasesPerNamespace, "max-leases-per-namespace", 256, "most VNI leases the jobs, claims and pods of one namespace may hold, so that one namespace cannot drain the range (0: no cap)")
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
@@ -199,6 +201,9 @@ func (c *Config) Validate() error {
 	if c.HoldGrace < 0 {
 		add("--hold-grace: must not be negative")
 	}
+	if c.MaxLeasesPerNamespace < 0 {
+		add("--max-leases-per-namespace: must not be negative")
+	}
 	if c.SweepInterval <= 0 {
 		add("--sweep-interval: must be positive")
 	}
@@ -239,7 +244,8 @@ func (c *Config) Validate() error {
 		add("--log-format %q: want json or text", c.LogFormat)
 	}
 	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
-		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace}
+		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace,
+		MaxLeasesPerNamespace: c.MaxLeasesPerNamespace}
 	if c.Quarantine == 0 {
 		c.controller.Quarantine = -1 // explicitly none
 	}

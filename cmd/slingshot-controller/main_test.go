@@ -59,6 +59,9 @@ func TestParseFlags(t *testing.T) {
 			if c.controller.VNIRange.Min != 1024 || c.controller.VNIRange.Max != 65535 || c.Auth != "tokenreview" {
 				return fmt.Errorf("defaults: %+v", c.controller.VNIRange)
 			}
+			if c.controller.MaxLeasesPerNamespace != 256 {
+				return fmt.Errorf("leases per namespace cap %d, want 256", c.controller.MaxLeasesPerNamespace)
+			}
 			return nil
 		}},
 		{name: "env fills unset flags", args: []string{"--vni-range", "2000-3000"},
@@ -85,6 +88,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "cert without key", args: []string{"--tls-cert", "x"}, wantErr: "go together"},
 		{name: "bad kinds", args: []string{"--owner-kinds", "Job"}, wantErr: "--owner-kinds"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+		{name: "no namespace cap", args: []string{"--max-leases-per-namespace", "0"}, check: func(c *Config) error {
+			if c.controller.MaxLeasesPerNamespace != 0 {
+				return fmt.Errorf("leases per namespace cap %d, want 0 (none)", c.controller.MaxLeasesPerNamespace)
+			}
+			return nil
+		}},
+		{name: "negative namespace cap", args: []string{"--max-leases-per-namespace", "-1"}, wantErr: "--max-leases-per-namespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

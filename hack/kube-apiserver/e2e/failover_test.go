@@ -153,7 +153,9 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	})
 	t.Logf("replica logs: %s", logs.Name())
 	kc := writeKubeconfig(t)
-	replicas := []*replica{startReplica(t, ns, "r0", kc, logw), startReplica(t, ns, "r1", kc, logw), startReplica(t, ns, "r2", kc, logw)}
+	// Every acquire is for a bare pod of one namespace, so a lease each.
+	nocap := "--max-leases-per-namespace=0"
+	replicas := []*replica{startReplica(t, ns, "r0", kc, logw, nocap), startReplica(t, ns, "r1", kc, logw, nocap), startReplica(t, ns, "r2", kc, logw, nocap)}
 	var (
 		mu       sync.Mutex
 		acked    = map[string]uint32{} // lease key -> vni
