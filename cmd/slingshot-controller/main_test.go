@@ -137,10 +137,10 @@ type child struct {
 	err    error         // its exit status, once done
 }
 
-func startChild(t *testing.T, db string) *child {
+func startChild(t *testing.T, db string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1",
+	cmd.Env = append(append(os.Environ(), env...), childEnv+"=1",
 		"SLINGSHOT_CONTROLLER_DB="+db, "SLINGSHOT_CONTROLLER_NO_KUBE=true", "SLINGSHOT_CONTROLLER_AUTH=none",
 		"SLINGSHOT_CONTROLLER_GRPC_ADDR=127.0.0.1:0", "SLINGSHOT_CONTROLLER_HOOKS_ADDR=127.0.0.1:0",
 		"SLINGSHOT_CONTROLLER_METRICS_ADDR=127.0.0.1:0", "SLINGSHOT_CONTROLLER_LOG_LEVEL=info")
@@ -208,7 +208,8 @@ func TestCrashLosesNoAcknowledgedLease(t *testing.T) {
 		t.Skip("starts the controller as a child process")
 	}
 	db := filepath.Join(t.TempDir(), "controller.db")
-	first := startChild(t, db)
+	// One namespace takes more leases than the default cap allows.
+	first := startChild(t, db, "SLINGSHOT_CONTROLLER_MAX_LEASES_PER_NAMESPACE=0")
 	api := dialChild(t, first)
 
 	var mu sync.Mutex
@@ -245,9 +246,18 @@ func TestCrashLosesNoAcknowledgedLease(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	select {
+	case <-killed:
+	default:
+		// Every acquirer failed before the kill: stop the child anyway,
+		// so that the test fails instead of waiting for it forever.
+		_ = first.cmd.Process.Signal(syscall.SIGKILL)
+		<-first.done
+		t.Fatalf("the storm stopped after %d acquires, before the kill", n.Load())
+	}
 	<-first.done
 
-	second := startChild(t, db)
+	second := startChild(t, db, "SLINGSHOT_CONTROLLER_MAX_LEASES_PER_NAMESPACE=0")
 	api = dialChild(t, second)
 	list, err := api.ListVNIs(t.Context(), &apiv1.ListVNIsRequest{})
 	if err != nil {
