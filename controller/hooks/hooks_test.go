@@ -175,10 +175,10 @@ func TestLoadingAnswers429(t *testing.T) {
 	}
 }
 
-// TestFinalizeAnswerAlwaysCarriesFinalized reads the /finalize answer's JSON
+// TestItem15FinalizeAnswerAlwaysCarriesFinalized (issue 15, item 15) reads the /finalize answer's JSON
 // bytes: "finalized" is there whether it is true or false, as in
 // Metacontroller's DecoratorHookResponse (a false was once omitted).
-func TestFinalizeAnswerAlwaysCarriesFinalized(t *testing.T) {
+func TestItem15FinalizeAnswerAlwaysCarriesFinalized(t *testing.T) {
 	svc := newService(t, true, controller.Config{})
 	h := New(svc, nil, followed, nil, nil)
 	obj := jobObject("train", "uid-2", nil)
