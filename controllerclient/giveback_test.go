@@ -181,7 +181,7 @@ func newGiveBackClient(t *testing.T, api apiv1.ControllerClient, lowWater int) *
 // Issue 15, item 2: while the node gives a slice back, a PreStart takes
 // VNIs from the pool. None of them may come from the slice on its way back,
 // which the controller then leases to another node.
-func TestSliceGiveBackNeverReturnsATakenVNI(t *testing.T) {
+func TestItem2SliceGiveBackNeverReturnsATakenVNI(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// apply: the controller released the slice; answer: what the node
@@ -343,7 +343,7 @@ func (s *interleaving) release(*apiv1.ReleaseSliceRequest) (bool, error) {
 // after the controller applied them, and another node taking every slice
 // it can: no VNI is handed out twice, and none lies in a slice the
 // controller does not lease to the node.
-func TestSliceGiveBackInterleavings(t *testing.T) {
+func TestItem2SliceGiveBackInterleavings(t *testing.T) {
 	releases, inFlight := 0, 0
 	for seed := range uint64(32) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
