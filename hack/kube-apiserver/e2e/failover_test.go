@@ -37,6 +37,9 @@ type replica struct {
 	client apiv1.ControllerClient
 	conn   *grpc.ClientConn
 	exited chan error
+	// http receives the address of each HTTP server the replica serves
+	// (its "serving http" log lines: hooks, then metrics).
+	http chan string
 }
 
 // startReplica runs slingshot-controller --store kube --leader-elect as
@@ -56,7 +59,7 @@ func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, cmd: cmd, exited: make(chan error, 1)}
+	r := &replica{id: id, cmd: cmd, exited: make(chan error, 1), http: make(chan string, 2)}
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -66,8 +69,17 @@ func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra
 				Msg  string `json:"msg"`
 				Addr string `json:"addr"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving grpc" {
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line.Msg {
+			case "serving grpc":
 				addr <- line.Addr
+			case "serving http":
+				select {
+				case r.http <- line.Addr:
+				default:
+				}
 			}
 		}
 		r.exited <- cmd.Wait()
