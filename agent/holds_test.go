@@ -13,7 +13,7 @@ import (
 )
 
 // jobController leases VNIs as the controller does for jobs: one lease per
-// job, held by nodes, not pods (controller.Service.AcquireJobVNI and
+// job, held by nodes, not pods (controller.Allocator.AcquireJobVNI and
 // ReleaseJobVNI). A lease is freed when its job is gone and no node holds
 // it; its VNI is then handed to the next new job at once (no quarantine),
 // the worst case for a node that dropped its hold too early.

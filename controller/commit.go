@@ -29,7 +29,7 @@ func (b *batch) finish(err error) {
 }
 
 // enqueue adds ops to the filling batch and returns it; call with s.mu held.
-func (s *Service) enqueue(ops ...store.Op) *batch {
+func (s *Allocator) enqueue(ops ...store.Op) *batch {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -42,7 +42,7 @@ func (s *Service) enqueue(ops ...store.Op) *batch {
 }
 
 // wait blocks until b is committed; nil b means nothing to wait for.
-func (s *Service) wait(ctx context.Context, b *batch) error {
+func (s *Allocator) wait(ctx context.Context, b *batch) error {
 	if b == nil {
 		return nil
 	}
@@ -56,7 +56,7 @@ func (s *Service) wait(ctx context.Context, b *batch) error {
 
 // serve runs the committer and the sweeper until ctx ends or a commit
 // fails; it returns the commit's error.
-func (s *Service) serve(ctx context.Context) error {
+func (s *Allocator) serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

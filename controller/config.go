@@ -11,7 +11,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 )
 
-// Config configures a Service. Zero fields take the defaults below.
+// Config configures a Allocator. Zero fields take the defaults below.
 type Config struct {
 	// VNIRange is the range job VNIs come from; default 1024-65535.
 	VNIRange vnialloc.Range

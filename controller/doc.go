@@ -39,6 +39,6 @@
 // one is configured (the answer then says [Lease.FromNodeSlice] and the
 // node picks a VNI locally), otherwise from the main range.
 //
-// A Service is safe for concurrent use. [Service.Run] owns its goroutines
+// A Allocator is safe for concurrent use. [Allocator.Run] owns its goroutines
 // (the committer and the sweeper) and returns when its context ends.
 package controller

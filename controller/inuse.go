@@ -18,7 +18,7 @@ import (
 // node is deleted. A report replaces the node's previous one. It returns
 // an error wrapping ErrInvalidArgument for a bad node name, or
 // ErrUnavailable before the state is loaded.
-func (s *Service) ReportVNIsInUse(node string, vnis []uint16) error {
+func (s *Allocator) ReportVNIsInUse(node string, vnis []uint16) error {
 	if err := validateNode(node, true); err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (s *Service) ReportVNIsInUse(node string, vnis []uint16) error {
 
 // nodeGoneLocked reports whether node's Node object has been deleted for
 // at least the slice grace period.
-func (s *Service) nodeGoneLocked(node string, now time.Time) bool {
+func (s *Allocator) nodeGoneLocked(node string, now time.Time) bool {
 	if s.nodes == nil {
 		return false
 	}
@@ -49,7 +49,7 @@ func (s *Service) nodeGoneLocked(node string, now time.Time) bool {
 // node's last report lacks l's VNI and came at least HoldGrace after the
 // node last acquired l. A hold this controller has not seen acquired (it
 // loaded it) counts from now.
-func (s *Service) unusedLocked(l store.Lease, node string, now time.Time) bool {
+func (s *Allocator) unusedLocked(l store.Lease, node string, now time.Time) bool {
 	if s.cfg.HoldGrace < 0 {
 		return false
 	}
@@ -68,7 +68,7 @@ func (s *Service) unusedLocked(l store.Lease, node string, now time.Time) bool {
 
 // pruneHoldsLocked forgets acquire times of holds that ended and the
 // reports of nodes that are gone.
-func (s *Service) pruneHoldsLocked(now time.Time) {
+func (s *Allocator) pruneHoldsLocked(now time.Time) {
 	for h := range s.acquired {
 		if l := s.leases[h.key]; l == nil || !slices.Contains(l.rec.Nodes, h.node) {
 			delete(s.acquired, h)

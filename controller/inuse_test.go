@@ -8,7 +8,7 @@ import (
 )
 
 // leaseNodes returns the nodes holding key, and whether the lease exists.
-func leaseNodes(t *testing.T, svc *Service, key string) ([]string, bool) {
+func leaseNodes(t *testing.T, svc *Allocator, key string) ([]string, bool) {
 	t.Helper()
 	leases, _, err := svc.ListLeases()
 	if err != nil {

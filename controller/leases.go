@@ -57,14 +57,14 @@ func (l *lease) info() Lease {
 // node, leasing one if the job has none, and records that node holds it.
 // It is idempotent. Errors wrap ErrUnavailable, ErrInvalidArgument,
 // ErrNotFound (no such pod or claim), ErrOwnerGone or ErrExhausted.
-func (s *Service) AcquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+func (s *Allocator) AcquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
 	start := time.Now()
 	l, err := s.acquireJobVNI(ctx, pod, node)
 	s.m.observeAcquire("vni", time.Since(start), err)
 	return l, err
 }
 
-func (s *Service) acquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
 	if err := validatePod(pod); err != nil {
 		return Lease{}, err
 	}
@@ -107,7 +107,7 @@ func (s *Service) acquireJobVNI(ctx context.Context, pod PodRef, node string) (L
 // recording a node, as the Metacontroller sync hook does. policy is the
 // owner's AnnotationVNI; ModeNone and ModePod lease nothing and return a
 // Lease of ScopeNone. An owner of kind VNIClaim leases the claim's VNI.
-func (s *Service) AcquireOwnerVNI(ctx context.Context, owner store.Owner, policy Policy) (Lease, error) {
+func (s *Allocator) AcquireOwnerVNI(ctx context.Context, owner store.Owner, policy Policy) (Lease, error) {
 	start := time.Now()
 	scope := store.ScopeJob
 	switch {
@@ -124,7 +124,7 @@ func (s *Service) AcquireOwnerVNI(ctx context.Context, owner store.Owner, policy
 	return l, err
 }
 
-func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
+func (s *Allocator) acquire(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
 	key := LeaseKey(scope, owner)
 	if scope == store.ScopeClaim && s.needClaimCheck(key) {
 		if s.res == nil {
@@ -192,7 +192,7 @@ func (s *Service) acquire(ctx context.Context, scope store.Scope, owner store.Ow
 // capLocked returns an ExhaustedError wrapping ErrNamespaceFull when
 // namespace ns holds as many leases as Config.MaxLeasesPerNamespace
 // allows; call with s.mu held.
-func (s *Service) capLocked(ns string) error {
+func (s *Allocator) capLocked(ns string) error {
 	limit := s.cfg.MaxLeasesPerNamespace
 	if limit <= 0 || s.perNS[ns] < limit {
 		return nil
@@ -202,14 +202,14 @@ func (s *Service) capLocked(ns string) error {
 			ErrNamespaceFull, ns, s.perNS[ns], limit)}
 }
 
-func (s *Service) needClaimCheck(key string) bool {
+func (s *Allocator) needClaimCheck(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.leases[key] == nil
 }
 
 // putLocked persists l's changed record.
-func (s *Service) putLocked(l *lease) *batch {
+func (s *Allocator) putLocked(l *lease) *batch {
 	prev := l.rec.Version
 	l.rec.Version++
 	l.rec.Nodes = slices.Clone(l.rec.Nodes)
@@ -220,7 +220,7 @@ func (s *Service) putLocked(l *lease) *batch {
 }
 
 // freeLocked deletes l and puts its VNI into quarantine.
-func (s *Service) freeLocked(l *lease, now time.Time) *batch {
+func (s *Allocator) freeLocked(l *lease, now time.Time) *batch {
 	delete(s.leases, l.rec.Key)
 	if s.perNS[l.rec.Owner.Namespace]--; s.perNS[l.rec.Owner.Namespace] <= 0 {
 		delete(s.perNS, l.rec.Owner.Namespace)
@@ -242,7 +242,7 @@ func (s *Service) freeLocked(l *lease, now time.Time) *batch {
 
 // expireLocked frees VNIs whose quarantine has ended and returns the ops
 // that delete their records.
-func (s *Service) expireLocked(now time.Time) []store.Op {
+func (s *Allocator) expireLocked(now time.Time) []store.Op {
 	var ops []store.Op
 	for _, v := range s.alloc.Expire(now) {
 		if q, ok := s.quarantine[v]; ok {
@@ -258,7 +258,7 @@ func (s *Service) expireLocked(now time.Time) []store.Op {
 // job or claim lease once its owner is gone too. Releasing what is not
 // held succeeds. It returns the lease as it is now (VNI 0 once freed).
 // Errors wrap ErrUnavailable or ErrInvalidArgument.
-func (s *Service) ReleaseJobVNI(ctx context.Context, key, node string) (Lease, error) {
+func (s *Allocator) ReleaseJobVNI(ctx context.Context, key, node string) (Lease, error) {
 	if key == "" || len(key) > 512 {
 		return Lease{}, &FieldError{Field: "key", Reason: "empty or longer than 512 bytes"}
 	}
@@ -301,7 +301,7 @@ func (s *Service) ReleaseJobVNI(ctx context.Context, key, node string) (Lease, e
 // frees the VNI if no node holds it; done reports whether the VNI is
 // released. An object that merely stopped matching (not deleting) keeps
 // its VNI for its pods and reports done. Errors wrap ErrUnavailable.
-func (s *Service) FinalizeOwner(ctx context.Context, owner store.Owner, deleting bool) (l Lease, done bool, err error) {
+func (s *Allocator) FinalizeOwner(ctx context.Context, owner store.Owner, deleting bool) (l Lease, done bool, err error) {
 	scope := store.ScopeJob
 	if owner.APIVersion == ClaimAPIVersion && owner.Kind == ClaimKind {
 		scope = store.ScopeClaim
@@ -343,7 +343,7 @@ type Quarantined struct {
 
 // ListLeases returns every lease ordered by key and the quarantined VNIs.
 // It returns an error wrapping ErrUnavailable before the state is loaded.
-func (s *Service) ListLeases() ([]Lease, []Quarantined, error) {
+func (s *Allocator) ListLeases() ([]Lease, []Quarantined, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.gate(); err != nil {
@@ -381,7 +381,7 @@ type RangeInfo struct {
 }
 
 // VNIRange returns the range's fill; errors wrap ErrUnavailable.
-func (s *Service) VNIRange() (RangeInfo, error) {
+func (s *Allocator) VNIRange() (RangeInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.gate(); err != nil {

@@ -41,7 +41,7 @@ func Result(err error) string {
 	}
 }
 
-func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
+func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slingshot_controller_acquires_total",

@@ -47,7 +47,7 @@ func sliceInfo(spec slices.PoolSpec, r store.Slice) Slice {
 	return out
 }
 
-func (s *Service) table(pool string) (*slices.Table, error) {
+func (s *Allocator) table(pool string) (*slices.Table, error) {
 	t := s.pools[pool]
 	if t == nil {
 		return nil, &FieldError{Field: "pool", Reason: fmt.Sprintf("no pool named %q", pool)}
@@ -55,7 +55,7 @@ func (s *Service) table(pool string) (*slices.Table, error) {
 	return t, nil
 }
 
-func (s *Service) held(t *slices.Table, node string) []Slice {
+func (s *Allocator) held(t *slices.Table, node string) []Slice {
 	var out []Slice
 	for _, r := range t.Held(node) {
 		out = append(out, sliceInfo(t.Spec(), r))
@@ -66,14 +66,14 @@ func (s *Service) held(t *slices.Table, node string) []Slice {
 // AcquireSlices makes node hold at least count (1..64) slices of pool and
 // returns all it holds there. It is idempotent. Errors wrap
 // ErrUnavailable, ErrInvalidArgument or ErrExhausted (pool full).
-func (s *Service) AcquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
+func (s *Allocator) AcquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
 	start := time.Now()
 	out, err := s.acquireSlices(ctx, node, pool, count)
 	s.m.observeAcquire("slice", time.Since(start), err)
 	return out, err
 }
 
-func (s *Service) acquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
+func (s *Allocator) acquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
 	if err := validateNode(node, true); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Service) acquireSlices(ctx context.Context, node, pool string, count in
 // holds in every pool and the reported slices it does not hold (lost: the
 // node must stop allocating from them). Errors wrap ErrUnavailable or
 // ErrInvalidArgument.
-func (s *Service) RenewSlices(ctx context.Context, node string, usage []SliceUsage) (held []Slice, lost []SliceUsage, err error) {
+func (s *Allocator) RenewSlices(ctx context.Context, node string, usage []SliceUsage) (held []Slice, lost []SliceUsage, err error) {
 	if err := validateNode(node, true); err != nil {
 		return nil, nil, err
 	}
@@ -155,7 +155,7 @@ func (s *Service) RenewSlices(ctx context.Context, node string, usage []SliceUsa
 // allocated from. Releasing a slice the node does not hold returns an
 // error wrapping ErrNotFound; other errors wrap ErrUnavailable or
 // ErrInvalidArgument.
-func (s *Service) ReleaseSlice(ctx context.Context, node, pool string, index int) error {
+func (s *Allocator) ReleaseSlice(ctx context.Context, node, pool string, index int) error {
 	if err := validateNode(node, true); err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (s *Service) ReleaseSlice(ctx context.Context, node, pool string, index int
 
 // ListSlices returns the leased slices, optionally of one pool and/or one
 // node, and the configured pools. Errors wrap ErrUnavailable.
-func (s *Service) ListSlices(pool, node string) ([]Slice, []Pool, error) {
+func (s *Allocator) ListSlices(pool, node string) ([]Slice, []Pool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.gate(); err != nil {

@@ -77,7 +77,7 @@ func TestItem7NamespaceCap(t *testing.T) {
 	full(t, err)
 }
 
-func startAt(t *testing.T, path string, res controller.Resolver, cfg controller.Config) (*controller.Service, func()) {
+func startAt(t *testing.T, path string, res controller.Resolver, cfg controller.Config) (*controller.Allocator, func()) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), path)
 	if err != nil {

@@ -65,8 +65,10 @@ type Lease struct {
 	FromNodeSlice bool
 }
 
-// Service is the controller core.
-type Service struct {
+// Allocator is the controller core: it leases job VNIs and node slices,
+// keeps them unique, quarantines what is freed and reclaims what dead
+// nodes held.
+type Allocator struct {
 	cfg   Config
 	st    store.Store
 	res   Resolver
@@ -112,15 +114,15 @@ type lease struct {
 	pending *batch
 }
 
-// New returns a Service over st. res may be nil (embedded mode: every pod
+// New returns a Allocator over st. res may be nil (embedded mode: every pod
 // is pod-scoped, claims are refused) and so may nodes. It returns the
 // configuration's validation errors.
-func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Service, error) {
+func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Allocator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{}),
+	s := &Allocator{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{}),
 		inUse: map[string]vniReport{}, acquired: map[hold]time.Time{}}
 	s.m = newMetrics(s, cfg.Registerer)
 	return s, nil
@@ -130,7 +132,7 @@ func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Servic
 // until ctx ends (it returns nil then). A failed commit closes the gate
 // and reloads. It returns an error when the state cannot be loaded,
 // wrapping ErrConfigConflict when the configuration contradicts it.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Allocator) Run(ctx context.Context) error {
 	load := backoff.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2, Attempts: 8}
 	for {
 		err := load.Do(ctx, func(ctx context.Context) error {
@@ -156,16 +158,16 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // Ready reports whether the gate is open.
-func (s *Service) Ready() bool {
+func (s *Allocator) Ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ready
 }
 
 // Loaded returns a channel closed once the state has first been loaded.
-func (s *Service) Loaded() <-chan struct{} { return s.loaded }
+func (s *Allocator) Loaded() <-chan struct{} { return s.loaded }
 
-func (s *Service) load(ctx context.Context) error {
+func (s *Allocator) load(ctx context.Context) error {
 	start := s.cfg.Now()
 	state, err := s.st.Load(ctx)
 	if err != nil {
@@ -277,7 +279,7 @@ func (s *Service) load(ctx context.Context) error {
 }
 
 // closeGate fails every pending batch with err and closes the gate.
-func (s *Service) closeGate(err error) {
+func (s *Allocator) closeGate(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ready = false
@@ -288,11 +290,11 @@ func (s *Service) closeGate(err error) {
 }
 
 // gate returns ErrUnavailable unless the state is loaded; call with s.mu held.
-func (s *Service) gate() error {
+func (s *Allocator) gate() error {
 	if !s.ready {
 		return fmt.Errorf("%w: state is loading", ErrUnavailable)
 	}
 	return nil
 }
 
-func (s *Service) now() time.Time { return s.cfg.Now() }
+func (s *Allocator) now() time.Time { return s.cfg.Now() }

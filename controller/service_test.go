@@ -80,16 +80,16 @@ func job(ns, name string) *store.Owner {
 }
 
 type harness struct {
-	svc   *Service
+	svc   *Allocator
 	clock *clock
 	res   *fakeResolver
 	path  string
 	stop  func()
 }
 
-// start runs a Service over the sqlite database at path until the test
+// start runs a Allocator over the sqlite database at path until the test
 // ends or stop is called, and waits for its state to load.
-func start(t testing.TB, path string, res Resolver, cfg Config) (*Service, func()) {
+func start(t testing.TB, path string, res Resolver, cfg Config) (*Allocator, func()) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), path)
 	if err != nil {

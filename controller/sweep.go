@@ -7,7 +7,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/store"
 )
 
-func (s *Service) sweepLoop(ctx context.Context) {
+func (s *Allocator) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -44,12 +44,12 @@ type SweepResult struct {
 // SweepOwners look-ups); slices of gone nodes. Run calls it every
 // SweepInterval. It returns an error wrapping ErrUnavailable before the
 // state is loaded, or the commit's error.
-func (s *Service) Sweep(ctx context.Context) error {
+func (s *Allocator) Sweep(ctx context.Context) error {
 	_, err := s.sweep(ctx)
 	return err
 }
 
-func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
+func (s *Allocator) sweep(ctx context.Context) (SweepResult, error) {
 	var r SweepResult
 	s.mu.Lock()
 	if err := s.gate(); err != nil {
@@ -90,7 +90,7 @@ func (s *Service) sweep(ctx context.Context) (SweepResult, error) {
 // dropHoldsLocked drops l's holds by nodes that are gone or no longer
 // use its VNI, and frees l when that leaves it without owner and holder.
 // It returns the batch of the change, if any, and whether l was freed.
-func (s *Service) dropHoldsLocked(l *lease, now time.Time, r *SweepResult) (*batch, bool) {
+func (s *Allocator) dropHoldsLocked(l *lease, now time.Time, r *SweepResult) (*batch, bool) {
 	if len(l.rec.Nodes) == 0 {
 		return nil, false
 	}
@@ -125,7 +125,7 @@ func (s *Service) dropHoldsLocked(l *lease, now time.Time, r *SweepResult) (*bat
 
 // reclaimSlicesLocked takes back the slices of gone nodes, after the
 // grace period, and returns the batch that records it, if any.
-func (s *Service) reclaimSlicesLocked(now time.Time, r *SweepResult) *batch {
+func (s *Allocator) reclaimSlicesLocked(now time.Time, r *SweepResult) *batch {
 	var nodeGone func(string) (time.Time, bool)
 	if s.nodes != nil {
 		nodeGone = s.nodes.NodeGone
@@ -146,7 +146,7 @@ func (s *Service) reclaimSlicesLocked(now time.Time, r *SweepResult) *batch {
 // freeGoneOwners asks the API whether the candidates' owners still exist,
 // without the lock, and frees the leases whose owner is gone, each
 // re-validated against the lease's version first.
-func (s *Service) freeGoneOwners(ctx context.Context, candidates []store.Lease, r *SweepResult) error {
+func (s *Allocator) freeGoneOwners(ctx context.Context, candidates []store.Lease, r *SweepResult) error {
 	var gone []store.Lease
 	for _, c := range candidates {
 		ok, err := s.res.OwnerExists(ctx, c.Owner)
@@ -184,7 +184,7 @@ func (s *Service) freeGoneOwners(ctx context.Context, candidates []store.Lease, 
 }
 
 // NodesSeen returns when each node last acquired or renewed slices.
-func (s *Service) NodesSeen() map[string]time.Time {
+func (s *Allocator) NodesSeen() map[string]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]time.Time, len(s.lastSeen))

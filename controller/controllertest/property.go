@@ -63,7 +63,7 @@ func NoVNIHeldByTwoLiveJobs(t *testing.T, st store.Store, clients, cycles int) {
 // The node holds most leases for a few cycles and some for up to a
 // hundred, so that jobs are deleted while nodes hold them and their VNIs
 // come round again meanwhile.
-func propertyClient(ctx context.Context, svc *controller.Service, o *oracle, jobs *Jobs, c, cycles int, unexpected *sync.Map) {
+func propertyClient(ctx context.Context, svc *controller.Allocator, o *oracle, jobs *Jobs, c, cycles int, unexpected *sync.Map) {
 	rng := rand.New(rand.NewPCG(uint64(c), 42))
 	node := fmt.Sprintf("node-%d", c)
 	held := map[string]holding{}
@@ -120,7 +120,7 @@ func propertyClient(ctx context.Context, svc *controller.Service, o *oracle, job
 // checkAllReleased sweeps (deleted jobs that no node holds are freed,
 // their owner gone) and checks that no VNI is leased twice and no job
 // lease is still held; it returns the leases left.
-func checkAllReleased(t *testing.T, svc *controller.Service) []controller.Lease {
+func checkAllReleased(t *testing.T, svc *controller.Allocator) []controller.Lease {
 	t.Helper()
 	if err := svc.Sweep(t.Context()); err != nil {
 		t.Fatal(err)

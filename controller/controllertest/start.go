@@ -17,7 +17,7 @@ var LoadTimeout = 2 * time.Minute
 // waits until its state is loaded. stop cancels the service, checks that
 // Run returned nil and closes st; it is idempotent and also runs at the
 // end of the test.
-func Start(t testing.TB, st store.Store, res controller.Resolver, cfg controller.Config) (svc *controller.Service, stop func()) {
+func Start(t testing.TB, st store.Store, res controller.Resolver, cfg controller.Config) (svc *controller.Allocator, stop func()) {
 	t.Helper()
 	svc, err := controller.New(st, res, nil, cfg)
 	if err != nil {

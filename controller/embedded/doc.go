@@ -1,6 +1,6 @@
 // Package embedded runs the controller in-process, for a node agent with
 // no cluster controller (slingshot-agent --controller=embedded): a
-// [controller.Service] over its sqlite store in a directory, called through
+// [controller.Allocator] over its sqlite store in a directory, called through
 // the wire API's client interface with no network and no authentication.
 //
 // It is assembled here, from the controller's own packages, so that the

@@ -18,7 +18,7 @@ const DBName = "controller.db"
 
 // Controller is an in-process controller and its store.
 type Controller struct {
-	svc  *controller.Service
+	svc  *controller.Allocator
 	st   *sqlite.Store
 	api  apiv1.ControllerClient
 	once sync.Once

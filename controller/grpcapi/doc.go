@@ -1,5 +1,5 @@
 // Package grpcapi serves the controller's gRPC API ([apiv1.ControllerServer])
-// over a [controller.Service]: it converts messages, binds authenticated
+// over a [controller.Allocator]: it converts messages, binds authenticated
 // agents to their own node, maps errors to status codes with details
 // (ResourceExhausted for a full range, InvalidArgument with the field,
 // Unavailable while loading, ...) and observes per-method latency.

@@ -37,7 +37,7 @@ const (
 // Server implements apiv1.ControllerServer over a Service.
 type Server struct {
 	apiv1.UnimplementedControllerServer
-	svc     *controller.Service
+	svc     *controller.Allocator
 	ttl     time.Duration
 	refused *prometheus.CounterVec
 }
@@ -54,7 +54,7 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 }
 
 // NewServer returns a server over svc; sliceTTL is reported to agents.
-func NewServer(svc *controller.Service, sliceTTL time.Duration, opts ...Option) *Server {
+func NewServer(svc *controller.Allocator, sliceTTL time.Duration, opts ...Option) *Server {
 	s := &Server{svc: svc, ttl: sliceTTL, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "slingshot_controller_grpc_node_refused_total",
 		Help: "Node-scoped calls refused because the caller is bound to another node (reason wrong_node) or its credential names no node (no_node).",

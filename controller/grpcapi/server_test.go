@@ -24,19 +24,19 @@ import (
 
 // serve runs svc behind a real gRPC server on loopback and returns a
 // client; run says whether to start the service (false keeps it loading).
-func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Service) {
+func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Allocator) {
 	t.Helper()
 	return serveWith(t, cfg, run, nil, opts...)
 }
 
 // serveWith is serve with options of the API server.
-func serveWith(t testing.TB, cfg controller.Config, run bool, srvOpts []Option, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Service) {
+func serveWith(t testing.TB, cfg controller.Config, run bool, srvOpts []Option, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Allocator) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var svc *controller.Service
+	var svc *controller.Allocator
 	if run {
 		svc, _ = controllertest.Start(t, st, nil, cfg)
 	} else {

@@ -32,7 +32,7 @@ func (podsOf) ResolvePod(_ context.Context, p controller.PodRef) (controller.Res
 
 func (podsOf) OwnerExists(context.Context, store.Owner) (bool, error) { return true, nil }
 
-func newService(t testing.TB, run bool, cfg controller.Config) *controller.Service {
+func newService(t testing.TB, run bool, cfg controller.Config) *controller.Allocator {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {

@@ -31,7 +31,7 @@ func backends() []backend {
 
 // runService runs a Service over st until the test ends and waits until
 // its state is loaded.
-func runService(t testing.TB, st store.Store, res controller.Resolver, cfg controller.Config) *controller.Service {
+func runService(t testing.TB, st store.Store, res controller.Resolver, cfg controller.Config) *controller.Allocator {
 	t.Helper()
 	svc, _ := controllertest.Start(t, st, res, cfg)
 	return svc

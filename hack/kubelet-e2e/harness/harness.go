@@ -480,7 +480,7 @@ func StartController(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs [
 
 // StartControllerWith is StartController with cfg; it also returns the
 // controller itself, for tests that look inside or act as a node.
-func StartControllerWith(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs []*metav1.OwnerReference, cfg controller.Config) (string, *controller.Service) {
+func StartControllerWith(t TB, ctx context.Context, pki *PKI, pods []*v1.Pod, jobs []*metav1.OwnerReference, cfg controller.Config) (string, *controller.Allocator) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
