@@ -12,6 +12,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
+	"github.com/slingshot-k8s/slingshot/internal/flagenv"
 )
 
 // envPrefix prefixes the environment variable of every flag:
@@ -51,9 +52,7 @@ type Config struct {
 	kinds      []owner.Kind
 }
 
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
+func envName(flagName string) string { return flagenv.Name(envPrefix, flagName) }
 
 // parseFlags reads args, then the environment for every flag not given on
 // the command line, then validates. It returns flag.ErrHelp after printing
@@ -99,28 +98,18 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.BoolVar(&c.AllowUnboundAgents, "allow-unbound-agents", false, "development only: let an agent whose credential names no node (a token without the node-name extra, Kubernetes before 1.30; a certificate CN of the bare prefix) act for every node; without it such an agent is refused every node-scoped call")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: slingshot-controller [flags]\n\nThe Slingshot cluster controller: job VNI leases, node slices, gRPC API for agents, Metacontroller hooks.\nEvery flag can also be set in the environment as %s<FLAG>, e.g. %s.\n\n", envPrefix, envName("vni-range"))
-		fs.PrintDefaults()
-	}
+	fs.Usage = flagenv.Usage(fs, envPrefix, "Usage: slingshot-controller [flags]\n\n"+
+		"The Slingshot cluster controller: job VNI leases, node slices, gRPC API for agents, Metacontroller hooks.")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && !set[f.Name] {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
-			}
-		}
-	})
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	// An empty variable is unset, as a DaemonSet's empty value means.
+	lookup := func(name string) (string, bool) { v := getenv(name); return v, v != "" }
+	if err := flagenv.Apply(fs, envPrefix, lookup); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
