@@ -132,17 +132,44 @@ func splitList(s string) []string {
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	vr, pr, pools := c.validateRanges(add)
+	c.validateStore(add)
+	c.validateLimits(add)
+	c.validateAuth(add)
+	c.validateLogging(add)
+	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
+		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace,
+		MaxLeasesPerNamespace: c.MaxLeasesPerNamespace}
+	if c.Quarantine == 0 {
+		c.controller.Quarantine = -1 // explicitly none
+	}
+	if c.HoldGrace == 0 {
+		c.controller.HoldGrace = -1 // explicitly never
+	}
+	if len(errs) == 0 {
+		if err := c.controller.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// problems collects Validate's findings, each formatted as fmt.Errorf does.
+type problems func(format string, a ...any)
+
+// validateRanges parses the VNI ranges, the IP pools and the owner kinds,
+// and checks the gRPC address.
+func (c *Config) validateRanges(add problems) (vr, pr vnialloc.Range, pools []slices.PoolSpec) {
 	vr, err := vnialloc.ParseRange(c.VNIRange)
 	if err != nil {
 		add("--vni-range: %w", err)
 	} else if vr.Empty() {
 		add("--vni-range: empty")
 	}
-	pr, err := vnialloc.ParseRange(c.PodVNIRange)
+	pr, err = vnialloc.ParseRange(c.PodVNIRange)
 	if err != nil {
 		add("--pod-vni-range: %w", err)
 	}
-	var pools []slices.PoolSpec
 	for _, p := range splitList(c.IPPools) {
 		spec, err := slices.ParseIPPool(p)
 		if err != nil {
@@ -158,6 +185,11 @@ func (c *Config) Validate() error {
 	if c.GRPCAddr == "" {
 		add("--grpc-addr: empty")
 	}
+	return vr, pr, pools
+}
+
+// validateStore checks the store and leader election.
+func (c *Config) validateStore(add problems) {
 	if p, ok := strings.CutPrefix(c.Store, "sqlite:"); ok {
 		c.Store, c.DB = "sqlite", p
 	}
@@ -184,6 +216,11 @@ func (c *Config) Validate() error {
 			add("--leader-elect: %w", err)
 		}
 	}
+}
+
+// validateLimits checks the durations and counts, and that the TLS
+// certificate and key come together.
+func (c *Config) validateLimits(add problems) {
 	if c.Quarantine < 0 {
 		add("--quarantine: negative")
 	}
@@ -199,6 +236,10 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		add("--tls-cert and --tls-key go together")
 	}
+}
+
+// validateAuth checks the agents' authentication and what it needs.
+func (c *Config) validateAuth(add problems) {
 	switch c.Auth {
 	case "tokenreview":
 		if c.NoKube {
@@ -224,6 +265,10 @@ func (c *Config) Validate() error {
 	default:
 		add("--auth %q: want tokenreview, mtls or none", c.Auth)
 	}
+}
+
+// validateLogging checks the log level and format.
+func (c *Config) validateLogging(add problems) {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -232,19 +277,4 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		add("--log-format %q: want json or text", c.LogFormat)
 	}
-	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
-		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace,
-		MaxLeasesPerNamespace: c.MaxLeasesPerNamespace}
-	if c.Quarantine == 0 {
-		c.controller.Quarantine = -1 // explicitly none
-	}
-	if c.HoldGrace == 0 {
-		c.controller.HoldGrace = -1 // explicitly never
-	}
-	if len(errs) == 0 {
-		if err := c.controller.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
