@@ -167,6 +167,8 @@ func (s *Allocator) Ready() bool {
 // Loaded returns a channel closed once the state has first been loaded.
 func (s *Allocator) Loaded() <-chan struct{} { return s.loaded }
 
+// load reads the stored state, checks it against the configuration, commits
+// what start-up changes and opens the gate.
 func (s *Allocator) load(ctx context.Context) error {
 	start := s.cfg.Now()
 	state, err := s.st.Load(ctx)
@@ -178,24 +180,81 @@ func (s *Allocator) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	meta := map[string]store.Meta{}
-	for _, m := range state.Meta {
-		meta[m.Key] = m
+	mw := newMetaWrites(state.Meta)
+	leases, perNS, conflicts := takeLeases(alloc, state.Leases)
+	quarantine := restoreQuarantine(alloc, state.Quarantine, now, mw)
+	if c, err := strconv.ParseUint(mw.meta["vni-cursor"].Value, 10, 16); err == nil {
+		alloc.SetCursor(uint16(c))
 	}
-	var ops []store.Op
-	setMeta := func(key, value string) {
-		m := meta[key]
-		if m.Value == value && m.Version != 0 {
-			return
+	mw.set("vni-range", s.cfg.VNIRange.String())
+
+	pools, order, err := s.newPools()
+	if err != nil {
+		return err
+	}
+	conflicts = append(conflicts, poolConflicts(pools, state.Slices, mw.meta)...)
+	if len(conflicts) > 0 {
+		return errors.Join(conflicts...)
+	}
+	for _, sl := range state.Slices {
+		if err := pools[sl.Pool].Load(sl, now, s.cfg.SliceTTL); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfigConflict, err)
 		}
-		next := store.Meta{Key: key, Value: value, Version: m.Version + 1}
-		ops = append(ops, store.Put(&next, m.Version))
-		meta[key] = next
 	}
-	leases := make(map[string]*lease, len(state.Leases))
+	for _, name := range order {
+		mw.set("pool/"+name, pools[name].Spec().String())
+	}
+	if err := s.st.Commit(ctx, mw.ops); err != nil {
+		return fmt.Errorf("commit startup changes: %w", err)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.alloc, s.leases, s.perNS, s.quarantine, s.pools, s.poolOrder, s.meta = alloc, leases, perNS, quarantine, pools, order, mw.meta
+	s.cursorSeen = alloc.Cursor()
+	s.cur = newBatch()
+	s.lastSeen = map[string]time.Time{}
+	s.ready = true
+	s.loadedOnce.Do(func() { close(s.loaded) })
+	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
+		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))
+	return nil
+}
+
+// metaWrites is the stored meta values by key and the store ops that
+// bring the store to them.
+type metaWrites struct {
+	meta map[string]store.Meta
+	ops  []store.Op
+}
+
+func newMetaWrites(stored []store.Meta) *metaWrites {
+	w := &metaWrites{meta: map[string]store.Meta{}}
+	for _, m := range stored {
+		w.meta[m.Key] = m
+	}
+	return w
+}
+
+// set records value under key, writing it only where it changed or was
+// never stored.
+func (w *metaWrites) set(key, value string) {
+	m := w.meta[key]
+	if m.Value == value && m.Version != 0 {
+		return
+	}
+	next := store.Meta{Key: key, Value: value, Version: m.Version + 1}
+	w.ops = append(w.ops, store.Put(&next, m.Version))
+	w.meta[key] = next
+}
+
+// takeLeases takes the stored leases' VNIs in alloc; a lease whose VNI the
+// configured ranges no longer hold is a conflict.
+func takeLeases(alloc *vnialloc.Allocator, stored []store.Lease) (map[string]*lease, map[string]int, []error) {
+	leases := make(map[string]*lease, len(stored))
 	perNS := map[string]int{}
 	var conflicts []error
-	for _, l := range state.Leases {
+	for _, l := range stored {
 		if err := alloc.Take(l.VNI); err != nil {
 			conflicts = append(conflicts, fmt.Errorf("%w: lease %s of %s %s/%s holds vni %d: %w; the vni range cannot shrink over a live lease (widen --vni-range or --pod-vni-range, or wait for the job to end)",
 				ErrConfigConflict, l.Key, l.Owner.Kind, l.Owner.Namespace, l.Owner.Name, l.VNI, err))
@@ -204,41 +263,54 @@ func (s *Allocator) load(ctx context.Context) error {
 		leases[l.Key] = &lease{rec: l}
 		perNS[l.Owner.Namespace]++
 	}
+	return leases, perNS, conflicts
+}
+
+// restoreQuarantine puts the stored quarantine back into alloc, oldest
+// first, and deletes in mw what is stale, outside the range or expired.
+func restoreQuarantine(alloc *vnialloc.Allocator, stored []store.Quarantine, now time.Time, mw *metaWrites) map[uint16]store.Quarantine {
 	quarantine := map[uint16]store.Quarantine{}
-	sort.SliceStable(state.Quarantine, func(i, j int) bool { return state.Quarantine[i].Released.Before(state.Quarantine[j].Released) })
-	for _, q := range state.Quarantine {
+	sort.SliceStable(stored, func(i, j int) bool { return stored[i].Released.Before(stored[j].Released) })
+	for _, q := range stored {
 		if !alloc.Quarantined(q.VNI) && alloc.Restore(q.VNI, q.Released) == nil && alloc.Quarantined(q.VNI) {
 			quarantine[q.VNI] = q
 			continue
 		}
 		// Outside the range now, or stale: not a live lease, drop it.
 		rec := q
-		ops = append(ops, store.Delete(&rec, q.Version))
+		mw.ops = append(mw.ops, store.Delete(&rec, q.Version))
 	}
 	for _, v := range alloc.Expire(now) {
 		rec := quarantine[v]
-		ops = append(ops, store.Delete(&rec, rec.Version))
+		mw.ops = append(mw.ops, store.Delete(&rec, rec.Version))
 		delete(quarantine, v)
 	}
-	if c, err := strconv.ParseUint(meta["vni-cursor"].Value, 10, 16); err == nil {
-		alloc.SetCursor(uint16(c))
-	}
-	setMeta("vni-range", s.cfg.VNIRange.String())
+	return quarantine
+}
 
+// newPools makes the configured pools' tables, and their names in order.
+func (s *Allocator) newPools() (map[string]*slices.Table, []string, error) {
 	pools := map[string]*slices.Table{}
 	var order []string
 	for _, spec := range s.cfg.pools() {
 		t, err := slices.NewTable(spec)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		pools[spec.Name] = t
 		order = append(order, spec.Name)
 	}
+	return pools, order, nil
+}
+
+// poolConflicts are the pools removed or changed while slices of theirs
+// are leased.
+func poolConflicts(pools map[string]*slices.Table, leased []store.Slice, meta map[string]store.Meta) []error {
 	leasedIn := map[string]int{}
-	for _, sl := range state.Slices {
+	for _, sl := range leased {
 		leasedIn[sl.Pool]++
 	}
+	var conflicts []error
 	for name, n := range leasedIn {
 		t := pools[name]
 		stored := meta["pool/"+name].Value
@@ -250,32 +322,7 @@ func (s *Allocator) load(ctx context.Context) error {
 				ErrConfigConflict, name, stored, t.Spec().String(), n))
 		}
 	}
-	if len(conflicts) > 0 {
-		return errors.Join(conflicts...)
-	}
-	for _, sl := range state.Slices {
-		if err := pools[sl.Pool].Load(sl, now, s.cfg.SliceTTL); err != nil {
-			return fmt.Errorf("%w: %w", ErrConfigConflict, err)
-		}
-	}
-	for _, name := range order {
-		setMeta("pool/"+name, pools[name].Spec().String())
-	}
-	if err := s.st.Commit(ctx, ops); err != nil {
-		return fmt.Errorf("commit startup changes: %w", err)
-	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.alloc, s.leases, s.perNS, s.quarantine, s.pools, s.poolOrder, s.meta = alloc, leases, perNS, quarantine, pools, order, meta
-	s.cursorSeen = alloc.Cursor()
-	s.cur = newBatch()
-	s.lastSeen = map[string]time.Time{}
-	s.ready = true
-	s.loadedOnce.Do(func() { close(s.loaded) })
-	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
-		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))
-	return nil
+	return conflicts
 }
 
 // closeGate fails every pending batch with err and closes the gate.
