@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +19,8 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
 	"github.com/slingshot-k8s/slingshot/controller/leader"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
+	"github.com/slingshot-k8s/slingshot/controller/store"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/client-go/metadata"
@@ -40,58 +41,119 @@ func newLogger(c *Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// run serves until ctx ends or a component fails.
+// run serves until ctx ends or a component fails: it builds every part
+// first, so that every error of building comes before anything starts.
 func run(ctx context.Context, c *Config, logw io.Writer) error {
-	log := newLogger(c, logw)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	var (
-		resolver controller.Resolver
-		parents  hooks.Parents
-		nodes    *owner.NodeWatcher
-		kc       kubeClients
-		rc       *rest.Config
-	)
-	if !c.NoKube {
-		var err error
-		if rc, err = kubeConfig(c.Kubeconfig); err != nil {
-			return err
-		}
-		if kc, err = newKubeClients(rc, c); err != nil {
-			return err
-		}
-		md, err := metadata.NewForConfig(rc)
-		if err != nil {
-			return fmt.Errorf("metadata client: %w", err)
-		}
-		r := owner.NewResolver(md, c.kinds)
-		resolver, parents = r, r
-		nodes = owner.NewNodeWatcher(kc.main, nil)
-	}
-	st, err := openStore(ctx, c, rc, log)
+	p, err := build(ctx, c, newLogger(c, logw))
+	defer p.close()
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	cc := c.controller
-	cc.Logger, cc.Registerer = log, reg
+	return p.run(ctx)
+}
+
+// parts is the controller, built: every component made and every
+// listener open, nothing serving yet.
+type parts struct {
+	c   *Config
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	resolver controller.Resolver
+	parents  hooks.Parents
+	nodes    *owner.NodeWatcher // nil without the Kubernetes API
+	kc       kubeClients
+	rc       *rest.Config
+
+	st  store.Store
+	cc  controller.Config
+	svc *controller.Allocator
+	el  *leader.Elector // nil without --leader-elect
+
+	gs        *grpc.Server
+	glis      net.Listener
+	servers   []*http.Server
+	listeners []net.Listener // listeners[i] is servers[i]'s
+}
+
+// close releases what building opened: the listeners (closed already
+// where their servers ran) and the store.
+func (p *parts) close() {
+	if p.glis != nil {
+		p.glis.Close()
+	}
+	for _, l := range p.listeners {
+		l.Close()
+	}
+	if p.st != nil {
+		p.st.Close()
+	}
+}
+
+// build makes every part of the controller from its configuration. On
+// error, the parts made so far are returned for closing.
+func build(ctx context.Context, c *Config, log *slog.Logger) (*parts, error) {
+	p := &parts{c: c, log: log, reg: prometheus.NewRegistry()}
+	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	steps := []func(context.Context) error{p.buildKube, p.buildService, p.buildGRPC, p.buildHTTP, p.buildElection}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// buildKube makes the Kubernetes clients, the owner resolver and the node
+// watcher, unless --no-kube.
+func (p *parts) buildKube(context.Context) error {
+	if p.c.NoKube {
+		return nil
+	}
+	var err error
+	if p.rc, err = kubeConfig(p.c.Kubeconfig); err != nil {
+		return err
+	}
+	if p.kc, err = newKubeClients(p.rc, p.c); err != nil {
+		return err
+	}
+	md, err := metadata.NewForConfig(p.rc)
+	if err != nil {
+		return fmt.Errorf("metadata client: %w", err)
+	}
+	r := owner.NewResolver(md, p.c.kinds)
+	p.resolver, p.parents = r, r
+	p.nodes = owner.NewNodeWatcher(p.kc.main, nil)
+	return nil
+}
+
+// buildService opens the store and makes the allocator on it.
+func (p *parts) buildService(ctx context.Context) error {
+	var err error
+	if p.st, err = openStore(ctx, p.c, p.rc, p.log); err != nil {
+		return err
+	}
+	p.cc = p.c.controller
+	p.cc.Logger, p.cc.Registerer = p.log, p.reg
 	var nd controller.NodeDirectory
-	if nodes != nil {
-		nd = nodes
+	if p.nodes != nil {
+		nd = p.nodes
 	}
-	svc, err := controller.New(st, resolver, nd, cc)
-	if err != nil {
-		return err
-	}
+	p.svc, err = controller.New(p.st, p.resolver, nd, p.cc)
+	return err
+}
 
+// buildGRPC makes the agents' gRPC server, its authentication and TLS,
+// and opens its listener.
+func (p *parts) buildGRPC(context.Context) error {
+	c, log := p.c, p.log
 	gopts := []grpc.ServerOption{}
-	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(reg)}
+	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(p.reg)}
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
-		authn = auth.NewTokenReview(kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
-			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: reg})
+		authn = auth.NewTokenReview(p.kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
+			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:
@@ -112,8 +174,8 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...))
-	gs := grpc.NewServer(gopts...)
-	grpcapi.NewServer(svc, cc.SliceTTL, grpcapi.WithRegisterer(reg)).Register(gs)
+	p.gs = grpc.NewServer(gopts...)
+	grpcapi.NewServer(p.svc, p.cc.SliceTTL, grpcapi.WithRegisterer(p.reg)).Register(p.gs)
 
 	// Listen before loading, so early callers get Unavailable rather
 	// than connection refused.
@@ -121,116 +183,150 @@ func run(ctx context.Context, c *Config, logw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.GRPCAddr, err)
 	}
-	var servers []*http.Server
-	var listeners []net.Listener
+	p.glis = glis
+	return nil
+}
+
+// buildHTTP makes the hooks' and the metrics' HTTP servers, where their
+// addresses are set, and opens their listeners.
+func (p *parts) buildHTTP(context.Context) error {
+	c := p.c
 	if c.HooksAddr != "" {
 		var followed []hooks.GroupKind
 		for _, k := range c.kinds {
 			followed = append(followed, hooks.GroupKind{Group: k.Group, Kind: k.Kind})
 		}
-		if parents == nil {
-			log.Warn("the hooks cannot confirm their requests without a Kubernetes API (--no-kube) and act on any body: keep --hooks-addr unreachable to untrusted clients", "addr", c.HooksAddr)
+		if p.parents == nil {
+			p.log.Warn("the hooks cannot confirm their requests without a Kubernetes API (--no-kube) and act on any body: keep --hooks-addr unreachable to untrusted clients", "addr", c.HooksAddr)
 		}
-		servers = append(servers, newHTTPServer(hooks.New(svc, parents, followed, log, reg)))
-		l, err := net.Listen("tcp", c.HooksAddr)
-		if err != nil {
-			glis.Close()
-			return fmt.Errorf("listen %s: %w", c.HooksAddr, err)
+		if err := p.listenHTTP(c.HooksAddr, hooks.New(p.svc, p.parents, followed, p.log, p.reg)); err != nil {
+			return err
 		}
-		listeners = append(listeners, l)
 	}
 	if c.MetricsAddr != "" {
 		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !svc.Ready() {
+			if !p.svc.Ready() {
 				http.Error(w, "loading state", http.StatusServiceUnavailable)
 				return
 			}
 			w.Write([]byte("ok\n"))
 		})
-		servers = append(servers, newHTTPServer(mux))
-		l, err := net.Listen("tcp", c.MetricsAddr)
-		if err != nil {
-			glis.Close()
-			for _, l := range listeners {
-				l.Close()
-			}
-			return fmt.Errorf("listen %s: %w", c.MetricsAddr, err)
-		}
-		listeners = append(listeners, l)
-	}
-
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	fail := func(name string, err error) {
-		if err != nil && ctx.Err() == nil {
-			cancel(fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	if c.LeaderElect {
-		el, err := leader.New(kc.election.CoordinationV1(), c.election(c.StoreNamespace))
-		if err != nil {
+		if err := p.listenHTTP(c.MetricsAddr, mux); err != nil {
 			return err
 		}
-		log.Info("leader election", "lease", c.StoreNamespace+"/slingshot-controller", "identity", c.Identity)
-		wg.Go(func() {
-			fail("controller", el.Run(ctx, func(lctx context.Context) error {
-				err := svc.Run(lctx)
-				if ctx.Err() == nil {
-					// Leadership lost while running: exit, so that the
-					// agents' connections to this replica close and they
-					// reconnect, through the Service, to the new leader;
-					// the restarted process campaigns again.
-					fail("controller", errors.Join(errLeadershipLost, err))
-				}
-				return err
-			}))
-		})
-	} else {
-		wg.Go(func() { fail("controller", svc.Run(ctx)) })
 	}
-	if nodes != nil {
-		wg.Go(func() { fail("node watcher", nodes.Run(ctx)) })
-	}
-	wg.Go(func() { fail("grpc", gs.Serve(glis)) })
-	log.Info("serving grpc", "addr", glis.Addr().String())
-	for i, s := range servers {
-		l := listeners[i]
-		log.Info("serving http", "addr", l.Addr().String())
-		wg.Go(func() {
-			if err := s.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				fail("http "+l.Addr().String(), err)
-			}
-		})
-	}
-	go func() {
-		select {
-		case <-svc.Loaded():
-			log.Info("state loaded; answering requests")
-		case <-ctx.Done():
-		}
-	}()
+	return nil
+}
 
-	<-ctx.Done()
-	log.Info("shutting down", "cause", context.Cause(ctx))
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer scancel()
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-sctx.Done():
-		gs.Stop()
+// listenHTTP makes an HTTP server of h and opens its listener on addr.
+func (p *parts) listenHTTP(addr string, h http.Handler) error {
+	s := newHTTPServer(h)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	for _, s := range servers {
-		s.Shutdown(sctx)
+	p.servers = append(p.servers, s)
+	p.listeners = append(p.listeners, l)
+	return nil
+}
+
+// buildElection makes the leader elector, with --leader-elect.
+func (p *parts) buildElection(context.Context) error {
+	if !p.c.LeaderElect {
+		return nil
 	}
-	wg.Wait()
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+	var err error
+	if p.el, err = leader.New(p.kc.election.CoordinationV1(), p.c.election(p.c.StoreNamespace)); err != nil {
+		return err
+	}
+	p.log.Info("leader election", "lease", p.c.StoreNamespace+"/slingshot-controller", "identity", p.c.Identity)
+	return nil
+}
+
+// run serves the built controller until ctx ends or a loop fails, each
+// loop owned by one errgroup; the first failure is the error returned.
+func (p *parts) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return failed(gctx, "controller", p.runService(gctx, cancel)) })
+	if p.nodes != nil {
+		g.Go(func() error { return failed(gctx, "node watcher", p.nodes.Run(gctx)) })
+	}
+	g.Go(func() error { return failed(gctx, "grpc", p.gs.Serve(p.glis)) })
+	p.log.Info("serving grpc", "addr", p.glis.Addr().String())
+	for i, s := range p.servers {
+		l := p.listeners[i]
+		p.log.Info("serving http", "addr", l.Addr().String())
+		g.Go(func() error {
+			if err := s.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				return failed(gctx, "http "+l.Addr().String(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		select {
+		case <-p.svc.Loaded():
+			p.log.Info("state loaded; answering requests")
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	g.Go(func() error { p.shutdown(gctx); return nil })
+	g.Wait()
+	if cause := context.Cause(gctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
 	return nil
+}
+
+// failed is a loop's error named for the loop, or nil once ctx has ended:
+// what a loop returns then is the end's echo, not a failure.
+func failed(ctx context.Context, name string, err error) error {
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// runService runs the allocator, while this replica leads where there is
+// an election. Losing leadership while running ends ctx through lost.
+func (p *parts) runService(ctx context.Context, lost context.CancelCauseFunc) error {
+	if p.el == nil {
+		return p.svc.Run(ctx)
+	}
+	return p.el.Run(ctx, func(lctx context.Context) error {
+		err := p.svc.Run(lctx)
+		if ctx.Err() == nil {
+			// Leadership lost while running: exit, so that the
+			// agents' connections to this replica close and they
+			// reconnect, through the Service, to the new leader;
+			// the restarted process campaigns again.
+			lost(failed(ctx, "controller", errors.Join(errLeadershipLost, err)))
+		}
+		return err
+	})
+}
+
+// shutdown stops the servers once ctx ends: gRPC gracefully for up to
+// five seconds, then at once.
+func (p *parts) shutdown(ctx context.Context) {
+	<-ctx.Done()
+	p.log.Info("shutting down", "cause", context.Cause(ctx))
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer scancel()
+	stopped := make(chan struct{})
+	go func() { p.gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		p.gs.Stop()
+	}
+	for _, s := range p.servers {
+		s.Shutdown(sctx)
+	}
 }
