@@ -82,6 +82,16 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
+	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded}
+	for _, c := range append(cs, stateGauges(s)...) {
+		reg.MustRegister(c)
+	}
+	return m
+}
+
+// stateGauges read the allocator's state when scraped; all but the ready
+// gauge read 0 while it is not loaded.
+func stateGauges(s *Allocator) []prometheus.Collector {
 	gauge := func(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
 	}
@@ -95,7 +105,7 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 			return f()
 		}
 	}
-	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded,
+	cs := []prometheus.Collector{
 		gauge("slingshot_controller_ready", "1 once the state is loaded and requests are answered.", nil,
 			func() float64 {
 				if s.Ready() {
@@ -120,10 +130,7 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 			gauge("slingshot_controller_slices_leased", "Node slices leased per pool.", prometheus.Labels{"pool": name},
 				locked(func() float64 { return float64(s.pools[name].Leased()) })))
 	}
-	for _, c := range cs {
-		reg.MustRegister(c)
-	}
-	return m
+	return cs
 }
 
 func (m *metrics) observeAcquire(kind string, d time.Duration, err error) {
