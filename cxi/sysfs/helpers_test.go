@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -85,39 +84,12 @@ func problemPaths(t *testing.T, errs []error) []string {
 	return paths
 }
 
-// loadMapFS copies the tree at dir, symbolic links included, into a MapFS.
+// loadMapFS copies the tree at dir into a MapFS (mocksysfs.LoadMapFS).
 func loadMapFS(tb testing.TB, dir string) fstest.MapFS {
 	tb.Helper()
-	m := fstest.MapFS{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			m[rel] = &fstest.MapFile{Data: []byte(filepath.ToSlash(target)), Mode: fs.ModeSymlink | 0o777}
-		case d.IsDir():
-			m[rel] = &fstest.MapFile{Mode: fs.ModeDir | 0o755}
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			m[rel] = &fstest.MapFile{Data: b, Mode: 0o444}
-		}
-		return nil
-	})
+	m, err := mocksysfs.LoadMapFS(dir)
 	if err != nil {
-		tb.Fatalf("load %s: %v", dir, err)
+		tb.Fatal(err)
 	}
 	return m
 }
