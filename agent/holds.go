@@ -145,13 +145,3 @@ func (h *leaseHolds) done(lease string) {
 	h.pruneLocked()
 	h.cond.Broadcast()
 }
-
-// count returns how many pods hold lease.
-func (h *leaseHolds) count(lease string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.leases[lease]; e != nil {
-		return len(e.pods)
-	}
-	return 0
-}

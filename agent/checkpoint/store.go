@@ -135,20 +135,6 @@ func (s *Store) Delete(key string) {
 	s.mu.Unlock()
 }
 
-// HoldersOf returns the keys of the records that name lease, sorted.
-func (s *Store) HoldersOf(lease string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for key, p := range s.state.Pods {
-		if p.LeaseKey == lease {
-			out = append(out, key)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // Save writes the current state durably. Concurrent saves are ordered by
 // generation: an older snapshot never overwrites a newer one, and a save
 // whose state a newer save already wrote returns at once.
