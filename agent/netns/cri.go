@@ -88,15 +88,6 @@ func (c CRI) Open(ctx context.Context, podUID string) (*Handle, error) {
 	return h, nil
 }
 
-// Netns returns the network namespace inode of the pod with the given UID,
-// with the errors of [CRI.Open]. It holds nothing: once it returns, the
-// namespace may be freed and its inode given to another one, so a member
-// made of it may come to admit an unrelated namespace. Use [CRI.Open] and
-// keep the Handle for as long as the inode is used.
-func (c CRI) Netns(ctx context.Context, podUID string) (uint32, error) {
-	return inodeOnly(c.Open(ctx, podUID))
-}
-
 // sandboxInfo returns what the runtime says of the network namespace of
 // the pod's newest ready sandbox, and that sandbox's ID.
 func (c CRI) sandboxInfo(ctx context.Context, podUID string) (SandboxInfo, string, error) {

@@ -71,9 +71,9 @@ func checkOpen(t *testing.T, f Finder, want uint32, wantErr error) {
 			t.Fatalf("Open holds %d (descriptor of %d), want %d", h.Inode(), fdInode(t, h), want)
 		}
 	}
-	got, err := f.Netns(t.Context(), uid)
+	got, err := openedInode(t.Context(), f, uid)
 	if got != want || (wantErr == nil) != (err == nil) || !errors.Is(err, wantErr) {
-		t.Fatalf("Netns = %d, %v; want %d, %v", got, err, want, wantErr)
+		t.Fatalf("Open, Inode = %d, %v; want %d, %v", got, err, want, wantErr)
 	}
 }
 
@@ -217,8 +217,8 @@ func TestCRIDownFallsBackToProc(t *testing.T) {
 		"1":   {"0::/init.scope\n", ns.host},
 		"200": {"0::/kubepods/pod" + uid + "/x\n", ns.podPath},
 	})}
-	if got, err := (Fallback{First: cri, Second: withPod}).Netns(t.Context(), uid); err != nil || got != ns.podIno {
-		t.Fatalf("Netns = %d, %v; want /proc's %d", got, err, ns.podIno)
+	if got, err := openedInode(t.Context(), Fallback{First: cri, Second: withPod}, uid); err != nil || got != ns.podIno {
+		t.Fatalf("Open = %d, %v; want /proc's %d", got, err, ns.podIno)
 	}
 
 	empty := Proc{Root: proc(t, map[string]procEntry{"1": {"0::/init.scope\n", ns.host}})}
@@ -260,9 +260,6 @@ func TestFallbackOpensSecond(t *testing.T) {
 type finderFunc func(context.Context, string) (*Handle, error)
 
 func (f finderFunc) Open(ctx context.Context, uid string) (*Handle, error) { return f(ctx, uid) }
-func (f finderFunc) Netns(ctx context.Context, uid string) (uint32, error) {
-	return inodeOnly(f(ctx, uid))
-}
 
 // countingFinder opens our own network namespace, and counts the calls.
 type countingFinder struct{ calls int }
@@ -270,10 +267,6 @@ type countingFinder struct{ calls int }
 func (c *countingFinder) Open(context.Context, string) (*Handle, error) {
 	c.calls++
 	return openNs("/proc/self/ns/net", true)
-}
-
-func (c *countingFinder) Netns(ctx context.Context, uid string) (uint32, error) {
-	return inodeOnly(c.Open(ctx, uid))
 }
 
 // A socket found under the host's root is dialled there and answers.
@@ -346,12 +339,23 @@ func TestCRIThroughProcRoot(t *testing.T) {
 		t.Fatalf("resolveInRoot = %q, %v", viaProc, err)
 	}
 	c := CRI{Client: dialCRI(t, viaProc), HostRoot: "/proc/self/root", HostNetns: ns.host}
-	if got, err := c.Netns(t.Context(), uid); err != nil || got != ns.podIno {
-		t.Fatalf("Netns = %d, %v; want %d", got, err, ns.podIno)
+	if got, err := openedInode(t.Context(), c, uid); err != nil || got != ns.podIno {
+		t.Fatalf("Open = %d, %v; want %d", got, err, ns.podIno)
 	}
 	// The CRI-O path is looked up under the host root: found, and refused
 	// for what it is.
 	if _, err := c.Open(t.Context(), "pod-2"); !errors.Is(err, ErrNotNetns) || !strings.Contains(err.Error(), "/proc/self/root"+plain) {
 		t.Fatalf("Open of a plain file under the host root = %v, want ErrNotNetns naming it", err)
 	}
+}
+
+// openedInode opens the pod's namespace with f and returns its inode,
+// closing the handle.
+func openedInode(ctx context.Context, f Finder, uid string) (uint32, error) {
+	h, err := f.Open(ctx, uid)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	return h.Inode(), nil
 }

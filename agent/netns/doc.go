@@ -7,9 +7,8 @@
 // finders' Open methods return a [Handle], an open descriptor of the
 // namespace, which keeps it alive until it is closed: the agent holds it
 // from the moment the namespace is resolved until the pod's services are
-// destroyed. The Netns methods return the inode alone and hold nothing.
-// After a restart, [OpenInode] finds a recorded namespace again through a
-// process in it.
+// destroyed; after a restart it opens the pod's namespace again and
+// checks it is the recorded one.
 //
 // Two finders, tried in this order by [Fallback]:
 //

@@ -13,10 +13,6 @@ type Finder interface {
 	// Open returns a Handle that holds the pod's network namespace until
 	// it is closed.
 	Open(ctx context.Context, podUID string) (*Handle, error)
-	// Netns returns the namespace's inode and holds nothing: the inode
-	// may name another namespace once the pod's is freed. Open gives the
-	// guarantee against reuse; Netns stays while callers move to it.
-	Netns(ctx context.Context, podUID string) (uint32, error)
 }
 
 // Fallback asks First, and Second where First fails. A pod First finds on
@@ -43,23 +39,4 @@ func (f Fallback) Open(ctx context.Context, podUID string) (*Handle, error) {
 		f.Logger.Warn("network namespace found by the fallback", "uid", podUID, "netns", h.Inode(), "first_err", err)
 	}
 	return h, nil
-}
-
-// Netns returns the inode of the namespace [Fallback.Open] finds, with its
-// errors. It holds nothing: once it returns, the inode may name another
-// namespace. Use Open and keep the Handle for as long as the inode is used.
-func (f Fallback) Netns(ctx context.Context, podUID string) (uint32, error) {
-	return inodeOnly(f.Open(ctx, podUID))
-}
-
-// inodeOnly returns h's inode and closes h: what the Netns methods answer.
-func inodeOnly(h *Handle, err error) (uint32, error) {
-	if err != nil {
-		return 0, err
-	}
-	ino := h.Inode()
-	if err := h.Close(); err != nil {
-		return 0, err
-	}
-	return ino, nil
 }

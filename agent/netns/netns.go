@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Errors of the finders' Open and Netns methods.
+// Errors of the finders' Open methods.
 var (
 	// ErrNotFound: the pod has no ready sandbox, or no process of it runs.
 	ErrNotFound = errors.New("pod network namespace not found")
@@ -67,14 +67,6 @@ func (p Proc) Open(ctx context.Context, podUID string) (*Handle, error) {
 	return h, nil
 }
 
-// Netns returns the network namespace inode of the pod with the given UID,
-// with the errors of [Proc.Open]. It holds nothing: once it returns, the
-// namespace may be freed and its inode given to another one. Use
-// [Proc.Open] and keep the Handle for as long as the inode is used.
-func (p Proc) Netns(ctx context.Context, podUID string) (uint32, error) {
-	return inodeOnly(p.Open(ctx, podUID))
-}
-
 // openPod opens the network namespace of the processes in a cgroup of the
 // pod, and makes sure they all share it.
 func (p Proc) openPod(ctx context.Context, podUID string) (*Handle, error) {
@@ -122,72 +114,6 @@ func (p Proc) openPod(ctx context.Context, podUID string) (*Handle, error) {
 		return nil, fmt.Errorf("%w: no process in a cgroup of pod %s under %s", ErrNotFound, podUID, p.Root)
 	}
 	return found, nil
-}
-
-// OpenInode returns a [Handle] on the live network namespace whose inode
-// is ino, opened from /proc/<pid>/ns/net of a process in it under procRoot:
-// for an agent that restarts with only the inode it recorded. It returns
-// an error wrapping [ErrNotFound] when no process is in that namespace (a
-// namespace only a bind mount keeps is not found), or ctx's error.
-//
-// A Handle from it holds the namespace from now on, not since the inode
-// was recorded: while nothing held it, the pod's namespace may have been
-// freed and the inode given to another. The caller checks that the holder
-// is the pod's, by [Proc.Open] or [CRI.Open] of the pod's UID and an equal
-// inode. It is never the host's: the host's namespace lives as long as the
-// host, so its inode is never given to another namespace, and a recorded
-// inode was refused before it was recorded if it was the host's.
-func OpenInode(ctx context.Context, procRoot string, ino uint32) (*Handle, error) {
-	if ino == 0 {
-		return nil, fmt.Errorf("%w: inode 0", ErrNotFound)
-	}
-	entries, err := os.ReadDir(procRoot)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", procRoot, err)
-	}
-	p := Proc{Root: procRoot}
-	var openErr error // why a process in it could not be opened
-	for _, e := range entries {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		// The link is read first, which opens nothing: most processes
-		// are in other namespaces.
-		if got, err := p.inode(e.Name()); err != nil || got != ino {
-			continue
-		}
-		h, err := openNs(filepath.Join(procRoot, e.Name(), "ns", "net"), true)
-		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) { // else it exited
-				openErr = err
-			}
-			continue
-		}
-		if h.Inode() == ino {
-			return h, nil
-		}
-		_ = h.Close() // it moved, or its pid was reused meanwhile
-	}
-	if openErr != nil {
-		return nil, fmt.Errorf("%w: network namespace %d under %s: %w", ErrNotFound, ino, procRoot, openErr)
-	}
-	return nil, fmt.Errorf("%w: no process in network namespace %d under %s", ErrNotFound, ino, procRoot)
-}
-
-func (p Proc) inode(pid string) (uint32, error) {
-	link := filepath.Join(p.Root, pid, "ns", "net")
-	target, err := os.Readlink(link)
-	if err != nil {
-		return 0, fmt.Errorf("read netns of pid %s: %w", pid, err)
-	}
-	ino, err := ParseNetnsLink(target)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", link, err)
-	}
-	return ino, nil
 }
 
 // cgroupNamesPod reports whether a /proc/<pid>/cgroup file places the

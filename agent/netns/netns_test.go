@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -134,65 +133,6 @@ func TestProcOpenBadUID(t *testing.T) {
 		if h, err := (Proc{Root: t.TempDir()}).Open(t.Context(), bad); !errors.Is(err, ErrNotFound) || h != nil {
 			t.Errorf("Open(%q) = %v, %v; want ErrNotFound", bad, h, err)
 		}
-	}
-}
-
-func TestOpenInode(t *testing.T) {
-	ns := realNamespaces(t)
-	// Trees whose link reads as the pod's namespace but opens another
-	// file: the process exited, or its pid was reused, between the read
-	// and the open.
-	swapped := func(target string) string {
-		link := fmt.Sprintf("net:[%d]", ns.podIno)
-		root := proc(t, map[string]procEntry{"300": {"", link}})
-		if target != "" {
-			if err := os.Symlink(target, filepath.Join(root, "300", "ns", link)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return root
-	}
-	own := inodeOf(t, "/proc/self/ns/net")
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
-	tests := []struct {
-		name     string
-		ctx      context.Context
-		procRoot string
-		ino      uint32
-		wantErr  error
-	}{
-		{"a process in it", t.Context(), "/proc", ns.podIno, nil},
-		// 1 is below every namespace inode (the kernel's are from
-		// 0xf0000000 up).
-		{"nobody in it", t.Context(), "/proc", 1, ErrNotFound},
-		{"inode 0", t.Context(), "/proc", 0, ErrNotFound},
-		{"exited between the read and the open", t.Context(), swapped(""), ns.podIno, ErrNotFound},
-		{"pid reused by a process in another namespace", t.Context(), swapped("/proc/self/ns/net"), ns.podIno, ErrNotFound},
-		{"pid reused: no network namespace", t.Context(), swapped("/proc/self/ns/uts"), ns.podIno, ErrNotNetns},
-		{"no proc", t.Context(), filepath.Join(t.TempDir(), "gone"), ns.podIno, os.ErrNotExist},
-		{"ctx ended", canceled, "/proc", ns.podIno, context.Canceled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if tt.ino == own && tt.wantErr != nil {
-				t.Skip("the pod's namespace is our own here")
-			}
-			h, err := OpenInode(tt.ctx, tt.procRoot, tt.ino)
-			if !errors.Is(err, tt.wantErr) || (err == nil) != (h != nil) {
-				t.Fatalf("OpenInode(%d) = %v, %v; want %v", tt.ino, h, err, tt.wantErr)
-			}
-			if h == nil {
-				return
-			}
-			defer h.Close()
-			if h.Inode() != tt.ino {
-				t.Fatalf("OpenInode(%d) holds %d", tt.ino, h.Inode())
-			}
-			if got := fdInode(t, h); got != tt.ino {
-				t.Fatalf("OpenInode(%d): the descriptor is of %d", tt.ino, got)
-			}
-		})
 	}
 }
 
