@@ -94,10 +94,10 @@ func TestDiscoverWithoutLinksOrBusDirectory(t *testing.T) {
 		fsys  fs.FS
 		links bool
 	}{
-		"no readlink":         {noLinkFS{sys}, false},
-		"no bus/pci/devices":  {hideFS{fs: sys, hidden: []string{"bus/pci/devices"}}, true},
-		"neither, via walk":   {noLinkFS{hideFS{fs: sys, hidden: []string{"bus/pci/devices"}}}, false},
-		"no class/drm either": {hideFS{fs: sys, hidden: []string{"bus/pci/devices", "class"}}, true},
+		"no readlink":         {mocksysfs.NoLinkFS{FS: sys}, false},
+		"no bus/pci/devices":  {mocksysfs.HideFS{FS: sys, Hidden: []string{"bus/pci/devices"}}, true},
+		"neither, via walk":   {mocksysfs.NoLinkFS{FS: mocksysfs.HideFS{FS: sys, Hidden: []string{"bus/pci/devices"}}}, false},
+		"no class/drm either": {mocksysfs.HideFS{FS: sys, Hidden: []string{"bus/pci/devices", "class"}}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := Discover(tc.fsys, proc)

@@ -2,10 +2,8 @@ package gpu
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	cxisysfs "github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -171,46 +169,4 @@ func switchTopo(bus, numa int, kind, product string, gpusPer, nicsPer []int, min
 		next = down + 1 + port
 	}
 	return devs
-}
-
-// noLinkFS hides ReadLink, as a file system that cannot read links does;
-// Open still resolves links on disk.
-type noLinkFS struct{ fs fs.FS }
-
-func (f noLinkFS) Open(name string) (fs.File, error) { return f.fs.Open(name) }
-
-// hideFS makes every path under one of its prefixes not exist.
-type hideFS struct {
-	fs     fs.FS
-	hidden []string
-}
-
-func (f hideFS) hides(name string) bool {
-	for _, h := range f.hidden {
-		if name == h || strings.HasPrefix(name, h+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-func (f hideFS) Open(name string) (fs.File, error) {
-	if f.hides(name) {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
-	}
-	return f.fs.Open(name)
-}
-
-func (f hideFS) ReadLink(name string) (string, error) {
-	if f.hides(name) {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrNotExist}
-	}
-	return fs.ReadLink(f.fs, name)
-}
-
-func (f hideFS) Lstat(name string) (fs.FileInfo, error) {
-	if f.hides(name) {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
-	}
-	return fs.Lstat(f.fs, name)
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing/fstest"
 )
 
@@ -43,4 +44,51 @@ func LoadMapFS(dir string) (fstest.MapFS, error) {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// NoLinkFS hides ReadLink, as a file system that cannot read links does;
+// Open still resolves links.
+type NoLinkFS struct{ FS fs.FS }
+
+// Open opens name in the underlying file system.
+func (f NoLinkFS) Open(name string) (fs.File, error) { return f.FS.Open(name) }
+
+// HideFS makes every path under one of Hidden (slash-separated, relative)
+// not exist.
+type HideFS struct {
+	FS     fs.FS
+	Hidden []string
+}
+
+func (f HideFS) hides(name string) bool {
+	for _, h := range f.Hidden {
+		if name == h || strings.HasPrefix(name, h+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Open opens name unless it is hidden.
+func (f HideFS) Open(name string) (fs.File, error) {
+	if f.hides(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return f.FS.Open(name)
+}
+
+// ReadLink reads the link name unless it is hidden.
+func (f HideFS) ReadLink(name string) (string, error) {
+	if f.hides(name) {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.ReadLink(f.FS, name)
+}
+
+// Lstat describes name, without following a link, unless it is hidden.
+func (f HideFS) Lstat(name string) (fs.FileInfo, error) {
+	if f.hides(name) {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.Lstat(f.FS, name)
 }

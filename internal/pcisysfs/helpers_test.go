@@ -2,9 +2,7 @@ package pcisysfs
 
 import (
 	"errors"
-	"io/fs"
 	"path/filepath"
-	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -29,48 +27,6 @@ func loadMapFS(tb testing.TB, dir string) fstest.MapFS {
 		tb.Fatal(err)
 	}
 	return m
-}
-
-// noLinkFS hides ReadLink, as a file system that cannot read links does;
-// Open still resolves links.
-type noLinkFS struct{ fs fs.FS }
-
-func (f noLinkFS) Open(name string) (fs.File, error) { return f.fs.Open(name) }
-
-// hideFS makes every path under one of its prefixes not exist.
-type hideFS struct {
-	fs     fs.FS
-	hidden []string
-}
-
-func (f hideFS) hides(name string) bool {
-	for _, h := range f.hidden {
-		if name == h || strings.HasPrefix(name, h+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-func (f hideFS) Open(name string) (fs.File, error) {
-	if f.hides(name) {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
-	}
-	return f.fs.Open(name)
-}
-
-func (f hideFS) ReadLink(name string) (string, error) {
-	if f.hides(name) {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrNotExist}
-	}
-	return fs.ReadLink(f.fs, name)
-}
-
-func (f hideFS) Lstat(name string) (fs.FileInfo, error) {
-	if f.hides(name) {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
-	}
-	return fs.Lstat(f.fs, name)
 }
 
 // problemPaths returns the Path of every *AttrError in errs; anything else

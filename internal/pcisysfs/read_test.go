@@ -67,7 +67,7 @@ func TestReadFunction(t *testing.T) {
 			Function{VendorID: 0x1590, DeviceID: 0x0371, NUMANode: -1}, 0},
 	}
 	sys := os.DirFS(truth.SysRoot)
-	for fsName, fsys := range map[string]fs.FS{"DirFS": sys, "no readlink": noLinkFS{sys},
+	for fsName, fsys := range map[string]fs.FS{"DirFS": sys, "no readlink": mocksysfs.NoLinkFS{FS: sys},
 		"MapFS": loadMapFS(t, truth.SysRoot)} {
 		for _, c := range cases {
 			t.Run(fsName+"/"+c.name, func(t *testing.T) {

@@ -43,9 +43,9 @@ func TestTreeMockNode(t *testing.T) {
 		viaBus bool // Dir and Locate give bus/pci/devices/<addr>
 	}{
 		"links":                {sys, true},
-		"no readlink":          {noLinkFS{sys}, true},
-		"no bus/pci/devices":   {hideFS{fs: sys, hidden: []string{BusPCIDevices}}, false},
-		"neither, by the walk": {noLinkFS{hideFS{fs: sys, hidden: []string{BusPCIDevices}}}, false},
+		"no readlink":          {mocksysfs.NoLinkFS{FS: sys}, true},
+		"no bus/pci/devices":   {mocksysfs.HideFS{FS: sys, Hidden: []string{BusPCIDevices}}, false},
+		"neither, by the walk": {mocksysfs.NoLinkFS{FS: mocksysfs.HideFS{FS: sys, Hidden: []string{BusPCIDevices}}}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tree := NewTree(c.fsys)
