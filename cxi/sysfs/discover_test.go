@@ -368,7 +368,7 @@ func TestDiscoverWithoutLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Discover(noLinkFS{os.DirFS(truth.SysRoot)})
+	got, err := Discover(mocksysfs.NoLinkFS{FS: os.DirFS(truth.SysRoot)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,9 +94,6 @@ func loadMapFS(tb testing.TB, dir string) fstest.MapFS {
 	return m
 }
 
-// noLinkFS hides ReadLink, like a file system that cannot read links.
-type noLinkFS struct{ fs.FS }
-
 // errFS fails Open of the listed paths with the given error and otherwise
 // passes through, links included.
 type errFS struct {
