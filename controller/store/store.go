@@ -97,7 +97,12 @@ type Slice struct {
 	// Allocated is how many ids the node last reported in use, at Reported.
 	Allocated int
 	Reported  time.Time
-	Version   uint64
+	// Open says the node allocates from the slice without further report
+	// (its acquire, or its last report, said so): Allocated may have grown
+	// since Reported, so the slice is not reclaimed while the node is only
+	// silent.
+	Open    bool
+	Version uint64
 }
 
 // Meta is a small named value, such as the configured ranges.

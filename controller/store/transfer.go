@@ -66,6 +66,7 @@ type ExportSlice struct {
 	Expires   time.Time `json:"expires"`
 	Allocated int       `json:"allocated"`
 	Reported  time.Time `json:"reported"`
+	Open      bool      `json:"open,omitempty"`
 }
 
 // ExportState returns st as an export document.
@@ -84,7 +85,7 @@ func ExportState(st *State) *Document {
 	}
 	for _, s := range st.Slices {
 		e.Slices = append(e.Slices, ExportSlice{Pool: s.Pool, Index: s.Index, Node: s.Node, Expires: s.Expires,
-			Allocated: s.Allocated, Reported: s.Reported})
+			Allocated: s.Allocated, Reported: s.Reported, Open: s.Open})
 	}
 	slices.SortFunc(e.Meta, func(a, b ExportMeta) int { return cmp.Compare(a.Key, b.Key) })
 	slices.SortFunc(e.Leases, func(a, b ExportLease) int { return cmp.Compare(a.Key, b.Key) })
@@ -180,7 +181,7 @@ func (e *Document) Records() []Record {
 	}
 	for _, s := range e.Slices {
 		out = append(out, &Slice{Pool: s.Pool, Index: s.Index, Node: s.Node, Expires: s.Expires,
-			Allocated: s.Allocated, Reported: s.Reported})
+			Allocated: s.Allocated, Reported: s.Reported, Open: s.Open})
 	}
 	return out
 }
@@ -263,7 +264,7 @@ func sameRecord(a, b Record) bool {
 	case *Slice:
 		b, ok := b.(*Slice)
 		return ok && a.Pool == b.Pool && a.Index == b.Index && a.Node == b.Node && a.Expires.Equal(b.Expires) &&
-			a.Allocated == b.Allocated && a.Reported.Equal(b.Reported)
+			a.Allocated == b.Allocated && a.Reported.Equal(b.Reported) && a.Open == b.Open
 	}
 	return false
 }

@@ -41,6 +41,7 @@ func sampleOps() []store.Op {
 			Owner: store.Owner{APIVersion: "slingshot.hpe.com/v1alpha1", Kind: "VNIClaim", Namespace: "ns", Name: "ring"}}, 0),
 		store.Put(&store.Quarantine{VNI: 1499, Released: at}, 0),
 		store.Put(&store.Slice{Pool: "pod-vni", Index: 3, Node: "n1", Expires: at.Add(time.Minute), Allocated: 2, Reported: at}, 0),
+		store.Put(&store.Slice{Pool: "hsn0", Index: 9, Node: "n2", Expires: at.Add(time.Minute), Reported: at, Open: true}, 0),
 	}
 }
 
@@ -63,7 +64,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 	dst := openSQLite(t)
 	res, err := store.Import(ctx, dst, bytes.NewReader(doc.Bytes()), 2)
-	if err != nil || res.Written != 5 || res.Present != 0 {
+	if err != nil || res.Written != 6 || res.Present != 0 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
 	want, _ := src.Load(ctx)
@@ -71,12 +72,20 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if d := cmp.Diff(store.ExportState(want), store.ExportState(got)); d != "" {
 		t.Fatalf("imported state (-want +got):\n%s", d)
 	}
-	if res, err := store.Import(ctx, dst, bytes.NewReader(doc.Bytes()), 0); err != nil || res.Written != 0 || res.Present != 5 {
+	if res, err := store.Import(ctx, dst, bytes.NewReader(doc.Bytes()), 0); err != nil || res.Written != 0 || res.Present != 6 {
 		t.Fatalf("second import: %+v, %v", res, err)
 	}
 	changed := strings.Replace(doc.String(), `"value": "1503"`, `"value": "9"`, 1)
 	if _, err := store.Import(ctx, dst, strings.NewReader(changed), 0); !errors.Is(err, store.ErrImportConflict) {
 		t.Fatalf("import over a different record: %v, want ErrImportConflict", err)
+	}
+	// A slice the target holds closed is not the one the document holds open.
+	closed := strings.Replace(doc.String(), `"open": true`, `"open": false`, 1)
+	if closed == doc.String() {
+		t.Fatal("export does not write the open slice's open")
+	}
+	if _, err := store.Import(ctx, dst, strings.NewReader(closed), 0); !errors.Is(err, store.ErrImportConflict) {
+		t.Fatalf("import of the slice closed over it open: %v, want ErrImportConflict", err)
 	}
 }
 

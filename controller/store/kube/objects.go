@@ -120,6 +120,7 @@ type sliceStatus struct {
 	Expires   string `json:"expires,omitempty"`
 	Allocated int    `json:"allocated"`
 	Reported  string `json:"reported,omitempty"`
+	Open      bool   `json:"open,omitempty"`
 }
 
 type quarantineObject struct {
@@ -254,7 +255,7 @@ func decodeLease(o *leaseObject) (store.Lease, error) {
 func (s *Store) sliceObject(sl *store.Slice, version uint64, rv string) *sliceObject {
 	o := &sliceObject{TypeMeta: typeMeta("NodeSlice"), ObjectMeta: objectMeta(SliceName(sl.Pool, sl.Index), s.opts.Namespace, version, rv),
 		Spec:   sliceSpec{Pool: sl.Pool, Index: sl.Index, Node: sl.Node},
-		Status: sliceStatus{Expires: fmtTime(sl.Expires), Allocated: sl.Allocated, Reported: fmtTime(sl.Reported)}}
+		Status: sliceStatus{Expires: fmtTime(sl.Expires), Allocated: sl.Allocated, Reported: fmtTime(sl.Reported), Open: sl.Open}}
 	if s.opts.SliceRange != nil {
 		o.Spec.Range = s.opts.SliceRange(sl.Pool, sl.Index)
 	}
@@ -278,7 +279,7 @@ func decodeSlice(o *sliceObject) (store.Slice, error) {
 		return store.Slice{}, fmt.Errorf("%w: nodeslice %s: empty pool, negative index or negative allocated count", ErrBadObject, o.Name)
 	}
 	return store.Slice{Pool: o.Spec.Pool, Index: o.Spec.Index, Node: o.Spec.Node, Expires: exp,
-		Allocated: o.Status.Allocated, Reported: rep, Version: v}, nil
+		Allocated: o.Status.Allocated, Reported: rep, Open: o.Status.Open, Version: v}, nil
 }
 
 func (s *Store) quarantineObject(q *store.Quarantine, version uint64, rv string) *quarantineObject {

@@ -41,7 +41,7 @@ func TestObjectRoundTrip(t *testing.T) {
 		t.Fatalf("lease (-want +got):\n%s", d)
 	}
 
-	sl := store.Slice{Pool: "hsn0", Index: 4, Node: "node-1", Expires: at, Allocated: 3, Reported: at.Add(-time.Second), Version: 2}
+	sl := store.Slice{Pool: "hsn0", Index: 4, Node: "node-1", Expires: at, Allocated: 3, Reported: at.Add(-time.Second), Open: true, Version: 2}
 	var sback sliceObject
 	roundTrip(t, s.sliceObject(&sl, 2, "17"), &sback)
 	if sback.Spec.Range != "r" || sback.Name != "hsn0-4" || sback.ResourceVersion != "17" {

@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaVersion is the schema this package writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrSchemaTooNew is returned by Open for a database of a newer schema.
 var ErrSchemaTooNew = errors.New("database schema newer than this binary")
@@ -55,6 +55,8 @@ var migrations = []string{
 		version INTEGER NOT NULL,
 		PRIMARY KEY (pool, idx)
 	);`,
+	// v2: whether the node allocates from the slice without further report.
+	`ALTER TABLE node_slices ADD COLUMN open INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Store is a sqlite-backed [store.Store]. It is safe for concurrent use.
@@ -145,7 +147,7 @@ var tables = map[string]struct {
 	"vni_leases": {"key = ?", []string{"key", "vni", "scope", "owner_api_version", "owner_kind", "owner_namespace",
 		"owner_name", "owner_uid", "nodes", "owner_gone", "created_ms"}},
 	"vni_quarantine": {"vni = ?", []string{"vni", "released_ms"}},
-	"node_slices":    {"pool = ? AND idx = ?", []string{"pool", "idx", "node", "expires_ms", "allocated", "reported_ms"}},
+	"node_slices":    {"pool = ? AND idx = ?", []string{"pool", "idx", "node", "expires_ms", "allocated", "reported_ms", "open"}},
 	"meta":           {"key = ?", []string{"key", "value"}},
 }
 
@@ -255,10 +257,10 @@ func (s *Store) Load(ctx context.Context) (*store.State, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("load quarantine: %w", err)
 	}
-	if err := query(ctx, tx, "SELECT pool, idx, node, expires_ms, allocated, reported_ms, version FROM node_slices ORDER BY pool, idx", func(r *sql.Rows) error {
+	if err := query(ctx, tx, "SELECT pool, idx, node, expires_ms, allocated, reported_ms, open, version FROM node_slices ORDER BY pool, idx", func(r *sql.Rows) error {
 		var sl store.Slice
 		var exp, rep int64
-		if err := r.Scan(&sl.Pool, &sl.Index, &sl.Node, &exp, &sl.Allocated, &rep, &sl.Version); err != nil {
+		if err := r.Scan(&sl.Pool, &sl.Index, &sl.Node, &exp, &sl.Allocated, &rep, &sl.Open, &sl.Version); err != nil {
 			return err
 		}
 		sl.Expires, sl.Reported = fromMS(exp), fromMS(rep)
@@ -358,7 +360,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, op store.Op) error {
 		return s.write(ctx, tx, op, "vni_quarantine", []any{r.VNI}, []any{r.VNI, ms(r.Released)})
 	case *store.Slice:
 		return s.write(ctx, tx, op, "node_slices", []any{r.Pool, r.Index},
-			[]any{r.Pool, r.Index, r.Node, ms(r.Expires), r.Allocated, ms(r.Reported)})
+			[]any{r.Pool, r.Index, r.Node, ms(r.Expires), r.Allocated, ms(r.Reported), r.Open})
 	case *store.Meta:
 		return s.write(ctx, tx, op, "meta", []any{r.Key}, []any{r.Key, r.Value})
 	case nil:

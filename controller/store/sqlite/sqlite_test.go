@@ -110,3 +110,44 @@ func TestOpenPathWithURICharacters(t *testing.T) {
 		})
 	}
 }
+
+// A database of schema v1 (before slices had Open) migrates in place: its
+// slices load closed, as v1 kept them, and can be reported open after.
+func TestMigratesV1Slices(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.db")
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{migrations[0], "PRAGMA user_version = 1",
+		"INSERT INTO node_slices (pool, idx, node, expires_ms, allocated, reported_ms, version) VALUES ('hsn0', 2, 'n1', 5000, 3, 4000, 4)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Slices) != 1 || st.Slices[0].Open || st.Slices[0].Allocated != 3 || st.Slices[0].Version != 4 {
+		t.Fatalf("v1 slice after migration: %+v", st.Slices)
+	}
+	var v int
+	if err := s.db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion {
+		t.Fatalf("user_version = %d, %v; want %d", v, err, SchemaVersion)
+	}
+	sl := st.Slices[0]
+	sl.Open = true
+	if err := s.Commit(t.Context(), []store.Op{store.Put(&sl, sl.Version)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = s.Load(t.Context()); err != nil || !st.Slices[0].Open {
+		t.Fatalf("after reporting open: %+v %v", st.Slices, err)
+	}
+}

@@ -29,7 +29,7 @@ func sample() (store.Lease, store.Quarantine, store.Slice, store.Meta) {
 			Owner: store.Owner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns1", Name: "train", UID: "u1"},
 			Nodes: []string{"n1", "n2"}, Created: ts(100),
 		}, store.Quarantine{VNI: 1499, Released: ts(90)},
-		store.Slice{Pool: "pod-vni", Index: 3, Node: "n1", Expires: ts(200), Allocated: 2, Reported: ts(150)},
+		store.Slice{Pool: "pod-vni", Index: 3, Node: "n1", Expires: ts(200), Allocated: 2, Reported: ts(150), Open: true},
 		store.Meta{Key: "config", Value: `{"range":"1024-65535"}`}
 }
 
@@ -45,9 +45,12 @@ func testRoundTrip(t *testing.T, open Opener) {
 	dir := t.TempDir()
 	s := open(ctx, t, dir)
 	l, q, sl, m := sample()
-	mustCommit(ctx, t, s, store.Put(&l, 0), store.Put(&q, 0), store.Put(&sl, 0), store.Put(&m, 0))
-	l.Version, q.Version, sl.Version, m.Version = 1, 1, 1, 1
-	want := &store.State{Meta: []store.Meta{m}, Leases: []store.Lease{l}, Quarantine: []store.Quarantine{q}, Slices: []store.Slice{sl}}
+	// A second slice, closed and empty: Open and Allocated round-trip
+	// both ways.
+	closed := store.Slice{Pool: "hsn0", Index: 7, Node: "n2", Expires: ts(300), Reported: ts(250)}
+	mustCommit(ctx, t, s, store.Put(&l, 0), store.Put(&q, 0), store.Put(&sl, 0), store.Put(&closed, 0), store.Put(&m, 0))
+	l.Version, q.Version, sl.Version, closed.Version, m.Version = 1, 1, 1, 1, 1
+	want := &store.State{Meta: []store.Meta{m}, Leases: []store.Lease{l}, Quarantine: []store.Quarantine{q}, Slices: []store.Slice{closed, sl}}
 	got, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
