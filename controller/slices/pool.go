@@ -114,8 +114,10 @@ func (p PoolSpec) SliceString(i int) string {
 	return p.PrefixSlice(i).String()
 }
 
-// String formats the spec as ParseIPPool and FormatVNIPool write it; the
-// controller stores it to notice range changes.
+// String formats the spec as "NAME=vni:MIN-MAX/SIZE" for a VNI pool and
+// "NAME=PREFIX/LEN" for an IP pool (e.g. "hsn0=10.150.0.0/16/24"), as
+// ParsePool reads it back. The controller stores it to notice range
+// changes, and lists it to agents: its form must not change.
 func (p PoolSpec) String() string {
 	if !p.VNIs.Empty() {
 		return fmt.Sprintf("%s=vni:%s/%d", p.Name, p.VNIs, p.SliceSize)
@@ -150,5 +152,34 @@ func ParseIPPool(s string) (PoolSpec, error) {
 		return PoolSpec{}, fmt.Errorf("%w %q: slice length: %w", ErrBadPool, s, err)
 	}
 	p := PoolSpec{Name: name, Prefix: prefix, SliceSize: n}
+	return p, p.Validate()
+}
+
+// ParsePool parses a pool as [PoolSpec.String] writes it,
+// "NAME=vni:MIN-MAX/SIZE" or "NAME=PREFIX/LEN", and also the flag form
+// of [ParseIPPool], "NAME=PREFIX:/LEN". The range ends at the last "/"
+// (less a ":" before it): an IPv6 prefix has colons, and may end in "::"
+// before its own "/". The spec must be valid. Errors wrap ErrBadPool.
+func ParsePool(s string) (PoolSpec, error) {
+	name, rest, ok := strings.Cut(strings.TrimSpace(s), "=")
+	cut := strings.LastIndex(rest, "/")
+	if !ok || cut < 0 {
+		return PoolSpec{}, fmt.Errorf("%w %q: want NAME=vni:MIN-MAX/SIZE or NAME=PREFIX/LEN", ErrBadPool, s)
+	}
+	n, err := strconv.Atoi(rest[cut+1:])
+	if err != nil {
+		return PoolSpec{}, fmt.Errorf("%w %q: slice size: %w", ErrBadPool, s, err)
+	}
+	p := PoolSpec{Name: name, SliceSize: n}
+	if vnis, isVNI := strings.CutPrefix(rest[:cut], "vni:"); isVNI {
+		if p.VNIs, err = vnialloc.ParseRange(vnis); err != nil {
+			return PoolSpec{}, fmt.Errorf("%w %q: %w", ErrBadPool, s, err)
+		}
+		if p.VNIs.Empty() {
+			return PoolSpec{}, fmt.Errorf("%w %q: empty vni range", ErrBadPool, s)
+		}
+	} else if p.Prefix, err = netip.ParsePrefix(strings.TrimSuffix(rest[:cut], ":")); err != nil {
+		return PoolSpec{}, fmt.Errorf("%w %q: %w", ErrBadPool, s, err)
+	}
 	return p, p.Validate()
 }

@@ -17,7 +17,42 @@ var (
 	ErrNotHeld = errors.New("slice not leased to this node")
 	// ErrInUse is wrapped when a slice still has ids allocated.
 	ErrInUse = errors.New("slice in use")
+	// ErrTaken is matched by [TakenError]: a node asked for a slice that
+	// another node leases.
+	ErrTaken = errors.New("slice leased to another node")
+	// ErrOutOfRange is wrapped when a node names a slice index the pool
+	// does not have.
+	ErrOutOfRange = errors.New("no such slice")
+	// ErrNodeFull is wrapped when a node asks for a slice beyond
+	// MaxPerNode of the pool.
+	ErrNodeFull = errors.New("node holds as many slices of the pool as it may")
 )
+
+// TakenError says which node leases the slice another node asked for. It
+// matches ErrTaken.
+type TakenError struct {
+	Pool  string
+	Index int
+	// Slice is the slice's VNIs or prefix, as [PoolSpec.SliceString] writes it.
+	Slice string
+	// Node leases the slice now.
+	Node string
+}
+
+func (e *TakenError) Error() string {
+	return fmt.Sprintf("pool %s slice %d (%s) is leased to node %s", e.Pool, e.Index, e.Slice, e.Node)
+}
+
+// Is reports whether target is ErrTaken.
+func (e *TakenError) Is(target error) bool { return target == ErrTaken }
+
+// Usage is what a node reports about one slice it holds.
+type Usage struct {
+	// Allocated is how many ids the node has in use from the slice.
+	Allocated int
+	// Open says the node allocates from the slice without further report.
+	Open bool
+}
 
 // MaxPerNode bounds the slices of one pool that one node may lease.
 const MaxPerNode = 64
@@ -102,9 +137,10 @@ func (t *Table) All() []store.Slice {
 }
 
 // Acquire makes the node hold at least want slices (1..MaxPerNode),
-// leasing new ones next-fit until now+ttl. It returns the ops to persist
-// (none when the node already holds enough) or an error wrapping
-// ErrPoolFull; a failed call changes nothing.
+// leasing new ones next-fit until now+ttl, open (the node leases a slice
+// to allocate from it). It returns the ops to persist (none when the node
+// already holds enough) or an error wrapping ErrPoolFull; a failed call
+// changes nothing.
 func (t *Table) Acquire(node string, want int, now time.Time, ttl time.Duration) ([]store.Op, error) {
 	want = min(max(want, 1), MaxPerNode)
 	need := want - len(t.byNode[node])
@@ -121,16 +157,46 @@ func (t *Table) Acquire(node string, want int, now time.Time, ttl time.Duration)
 		if i < 0 {
 			i = t.taken.NextFree(0)
 		}
-		t.taken.Add(i)
 		t.cursor = i
-		e := &entry{rec: store.Slice{Pool: t.spec.Name, Index: i, Node: node, Expires: now.Add(ttl), Reported: now, Version: 1}}
-		e.stored = e.rec.Expires
-		t.leases[i] = e
-		t.nodeSet(node)[i] = struct{}{}
-		rec := e.rec
-		ops = append(ops, store.Put(&rec, 0))
+		ops = append(ops, t.lease(node, i, now, ttl))
 	}
 	return ops, nil
+}
+
+// AcquireAt makes the node hold slice i, as for a fixed id outside the
+// node's other slices: a free slice is leased to it until now+ttl, open;
+// one it holds already is left as it is (no ops). It returns a
+// *TakenError when another node holds the slice, and errors wrapping
+// ErrOutOfRange for an index outside the pool or ErrNodeFull when the
+// node holds MaxPerNode slices of the pool; a failed call changes nothing.
+// It does not move the next-fit cursor.
+func (t *Table) AcquireAt(node string, i int, now time.Time, ttl time.Duration) ([]store.Op, error) {
+	if i < 0 || i >= t.spec.Count() {
+		return nil, fmt.Errorf("%w: pool %s (%s) has slices 0-%d, not %d", ErrOutOfRange, t.spec.Name, t.spec.rangeString(), t.spec.Count()-1, i)
+	}
+	if e, ok := t.leases[i]; ok {
+		if e.rec.Node == node {
+			return nil, nil
+		}
+		return nil, &TakenError{Pool: t.spec.Name, Index: i, Slice: t.spec.SliceString(i), Node: e.rec.Node}
+	}
+	if n := len(t.byNode[node]); n >= MaxPerNode {
+		return nil, fmt.Errorf("%w: node %s holds %d slices of pool %s, the most one node may hold; slice %d (%s) not leased",
+			ErrNodeFull, node, n, t.spec.Name, i, t.spec.SliceString(i))
+	}
+	return []store.Op{t.lease(node, i, now, ttl)}, nil
+}
+
+// lease leases the free slice i to node, open, and returns the op that
+// records it.
+func (t *Table) lease(node string, i int, now time.Time, ttl time.Duration) store.Op {
+	t.taken.Add(i)
+	e := &entry{rec: store.Slice{Pool: t.spec.Name, Index: i, Node: node, Expires: now.Add(ttl), Reported: now, Open: true, Version: 1}}
+	e.stored = e.rec.Expires
+	t.leases[i] = e
+	t.nodeSet(node)[i] = struct{}{}
+	rec := e.rec
+	return store.Put(&rec, 0)
 }
 
 func (p PoolSpec) rangeString() string {
@@ -140,18 +206,18 @@ func (p PoolSpec) rangeString() string {
 	return p.Prefix.String()
 }
 
-// Renew extends the node's leases to now+ttl and records allocated, the
-// ids in use per slice index as the node reports them; slices it does not
-// report keep their last report. It returns the ops to persist and the
-// reported indices the node does not hold (lost).
-func (t *Table) Renew(node string, allocated map[int]int, now time.Time, ttl time.Duration) (ops []store.Op, lost []int) {
+// Renew extends the node's leases to now+ttl and records usage, per slice
+// index as the node reports it; slices it does not report keep their last
+// report. It returns the ops to persist and the reported indices the node
+// does not hold (lost).
+func (t *Table) Renew(node string, usage map[int]Usage, now time.Time, ttl time.Duration) (ops []store.Op, lost []int) {
 	until := now.Add(ttl)
 	for i := range t.byNode[node] {
 		e := t.leases[i]
 		changed := false
-		if n, ok := allocated[i]; ok {
-			changed = n != e.rec.Allocated
-			e.rec.Allocated, e.rec.Reported = n, now
+		if u, ok := usage[i]; ok {
+			changed = u.Allocated != e.rec.Allocated || u.Open != e.rec.Open
+			e.rec.Allocated, e.rec.Open, e.rec.Reported = u.Allocated, u.Open, now
 		}
 		if until.After(e.rec.Expires) {
 			e.rec.Expires = until
@@ -164,7 +230,7 @@ func (t *Table) Renew(node string, allocated map[int]int, now time.Time, ttl tim
 			ops = append(ops, store.Put(&rec, prev))
 		}
 	}
-	for i := range allocated {
+	for i := range usage {
 		if _, ok := t.byNode[node][i]; !ok {
 			lost = append(lost, i)
 		}
@@ -199,22 +265,27 @@ func (t *Table) remove(i int) store.Op {
 // or when that is not known.
 type Gone func(node string) (since time.Time, gone bool)
 
-// Reclaim frees the slices whose node is gone, by lease expiry or by
-// nodeGone, for at least grace, and whose node last reported nothing
-// allocated. It returns the ops and the slices it kept although their node
-// is gone because they still have ids allocated (stranded).
+// Reclaim frees the slices of gone nodes. A slice whose Node object
+// nodeGone has reported deleted for at least grace is freed unless its
+// node last reported ids allocated from it: the pods of a deleted node are
+// deleted with it. A slice whose node is only silent, its lease expired
+// for at least grace, is freed only when the node last reported nothing
+// allocated and the slice closed: an open slice may have ids the node
+// handed out after its last report. It returns the ops and the number of
+// slices it kept although their node is gone (stranded); a stranded slice
+// stays leased to its node, whose next heartbeat renews it.
 func (t *Table) Reclaim(now time.Time, grace time.Duration, nodeGone Gone) (ops []store.Op, stranded int) {
 	for i, e := range t.leases {
-		since, gone := e.rec.Expires, now.After(e.rec.Expires)
+		deleted := false
 		if nodeGone != nil {
-			if s, ok := nodeGone(e.rec.Node); ok && (!gone || s.Before(since)) {
-				since, gone = s, true
-			}
+			since, ok := nodeGone(e.rec.Node)
+			deleted = ok && now.Sub(since) >= grace
 		}
-		if !gone || now.Sub(since) < grace {
+		expired := now.After(e.rec.Expires) && now.Sub(e.rec.Expires) >= grace
+		switch {
+		case !deleted && !expired:
 			continue
-		}
-		if e.rec.Allocated != 0 {
+		case e.rec.Allocated != 0 || !deleted && e.rec.Open:
 			stranded++
 			continue
 		}
