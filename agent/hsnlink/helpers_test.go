@@ -21,7 +21,7 @@ import (
 // which the test's cleanup closes, destroying the namespace. It is made on
 // a thread of its own, locked and never unlocked, which ends with its
 // goroutine: the test's threads never enter it.
-func newNS(t *testing.T) *os.File {
+func newNS(t testing.TB) *os.File {
 	t.Helper()
 	var f *os.File
 	err := onThread(func() error {
@@ -65,14 +65,14 @@ func inNS(ns *os.File, f func() error) error {
 // env is a stand-in host: a namespace with the veth "hsn0" (peer
 // "hsnpeer"), both up so that children on hsn0 have carrier.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	host   *os.File
 	hostNL *netlink.Handle
 }
 
 const testParent = "hsn0"
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, host: newNS(t)}
 	e.hostNL = nlIn(t, e.host)
@@ -99,7 +99,7 @@ func (e *env) addVeth(name, peer string) {
 }
 
 // nlIn returns a netlink handle in the namespace of ns, closed at cleanup.
-func nlIn(t *testing.T, ns *os.File) *netlink.Handle {
+func nlIn(t testing.TB, ns *os.File) *netlink.Handle {
 	t.Helper()
 	h, err := handleIn(int(ns.Fd()))
 	if err != nil {
@@ -124,7 +124,7 @@ func (e *env) hostLinks() []string {
 	return linkNames(e.t, e.hostNL)
 }
 
-func linkNames(t *testing.T, h *netlink.Handle) []string {
+func linkNames(t testing.TB, h *netlink.Handle) []string {
 	t.Helper()
 	ls, err := h.LinkList()
 	if err != nil {
@@ -146,7 +146,7 @@ type podState struct {
 	addrs      []netip.Prefix
 }
 
-func readLink(t *testing.T, pod *netlink.Handle, name string, family int) (podState, bool) {
+func readLink(t testing.TB, pod *netlink.Handle, name string, family int) (podState, bool) {
 	t.Helper()
 	l, err := pod.LinkByName(name)
 	if isNotFound(err) {
