@@ -39,6 +39,28 @@
 // one is configured (the answer then says [Lease.FromNodeSlice] and the
 // node picks a VNI locally), otherwise from the main range.
 //
+// The annotation [AnnotationNetwork] on the pod (only) is the pod's
+// network request: the HSN IP pool, netdev, subnet or address it wants.
+// The controller passes it through unparsed in every AcquireJobVNI answer
+// ([Lease.NetworkRequest]) and never stores it: the node checks it
+// against its IP pools.
+//
+// # Node slices
+//
+// A node leases whole slices of a pool (the pod VNI sub-range, or an IP
+// prefix) and allocates from them with no further call; it may also lease
+// one named slice ([Allocator.AcquireSliceAt]), as for a fixed address
+// outside its other slices, which another node then cannot lease. Its
+// heartbeat ([Allocator.RenewSlices]) renews every lease it holds and
+// reports, per slice, the ids allocated and whether the slice is open
+// (the node allocates from it without further report; a slice is leased
+// open). The sweep reclaims a slice after its node is gone plus
+// Config.SliceGrace: a node that is only silent (its leases expired)
+// keeps every slice it last reported open or with ids allocated, for as
+// long as it stays silent, since it may have handed out an id after its
+// last report; a node whose Node object is deleted keeps only those with
+// ids allocated, since its pods are deleted with it. See package slices.
+//
 // A Allocator is safe for concurrent use. [Allocator.Run] owns its goroutines
 // (the committer and the sweeper) and returns when its context ends.
 package controller

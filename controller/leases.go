@@ -82,6 +82,17 @@ func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node string) 
 			return Lease{}, fmt.Errorf("resolve pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 	}
+	l, err := s.leaseFor(ctx, pod, res, node)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.NetworkRequest = res.NetworkRequest
+	return l, nil
+}
+
+// leaseFor leases (or returns) the VNI that the resolved pod's policy
+// gives it, recording that node holds it.
+func (s *Allocator) leaseFor(ctx context.Context, pod PodRef, res Resolution, node string) (Lease, error) {
 	scope, owner := ScopeNone, res.Pod
 	switch res.Policy.Mode {
 	case ModeNone:

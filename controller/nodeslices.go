@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -21,6 +22,8 @@ type Slice struct {
 	Node      string
 	Expires   time.Time
 	Allocated int
+	// Open: the node allocates from the slice without further report.
+	Open bool
 }
 
 // SliceUsage is what a node reports about one slice it holds.
@@ -28,6 +31,10 @@ type SliceUsage struct {
 	Pool      string
 	Index     int
 	Allocated int
+	// Open says the node allocates from the slice without further report,
+	// so Allocated may grow after the report: the sweep keeps such a slice
+	// while its node is only silent.
+	Open bool
 }
 
 // Pool describes a configured pool for inspection.
@@ -38,7 +45,7 @@ type Pool struct {
 }
 
 func sliceInfo(spec slices.PoolSpec, r store.Slice) Slice {
-	out := Slice{Pool: r.Pool, Index: r.Index, Node: r.Node, Expires: r.Expires, Allocated: r.Allocated}
+	out := Slice{Pool: r.Pool, Index: r.Index, Node: r.Node, Expires: r.Expires, Allocated: r.Allocated, Open: r.Open}
 	if !spec.VNIs.Empty() {
 		out.VNIs = spec.VNISlice(r.Index)
 	} else {
@@ -64,22 +71,62 @@ func (s *Allocator) held(t *slices.Table, node string) []Slice {
 }
 
 // AcquireSlices makes node hold at least count (1..64) slices of pool and
-// returns all it holds there. It is idempotent. Errors wrap
-// ErrUnavailable, ErrInvalidArgument or ErrExhausted (pool full).
+// returns all it holds there. New slices are leased open. It is
+// idempotent. Errors wrap ErrUnavailable, ErrInvalidArgument or
+// ErrExhausted (pool full).
 func (s *Allocator) AcquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
 	start := time.Now()
-	out, err := s.acquireSlices(ctx, node, pool, count)
+	var out []Slice
+	err := validateNode(node, true)
+	if err == nil && (count < 1 || count > slices.MaxPerNode) {
+		err = &FieldError{Field: "count", Reason: fmt.Sprintf("%d outside 1-%d", count, slices.MaxPerNode)}
+	}
+	if err == nil {
+		out, err = s.acquireSlices(ctx, node, pool, func(t *slices.Table, now time.Time) ([]store.Op, error) {
+			ops, err := t.Acquire(node, count, now, s.cfg.SliceTTL)
+			if err != nil {
+				return nil, &ExhaustedError{Resource: pool, Range: t.Spec().String(), Capacity: t.Spec().Count(), Err: err}
+			}
+			return ops, nil
+		})
+	}
 	s.m.observeAcquire("slice", time.Since(start), err)
 	return out, err
 }
 
-func (s *Allocator) acquireSlices(ctx context.Context, node, pool string, count int) ([]Slice, error) {
-	if err := validateNode(node, true); err != nil {
-		return nil, err
+// AcquireSliceAt makes node hold slice index of pool, as for a pod that
+// asks for a fixed id outside the node's other slices, and returns all
+// the node holds in pool. A free slice is leased to it, open; one it
+// holds is left as it is. A slice another node holds is refused with an
+// error wrapping a *slices.TakenError that names that node. Other errors
+// wrap ErrUnavailable, ErrInvalidArgument (no such pool or slice) or
+// ErrExhausted (the node holds 64 slices of the pool).
+func (s *Allocator) AcquireSliceAt(ctx context.Context, node, pool string, index int) ([]Slice, error) {
+	start := time.Now()
+	var out []Slice
+	err := validateNode(node, true)
+	if err == nil {
+		out, err = s.acquireSlices(ctx, node, pool, func(t *slices.Table, now time.Time) ([]store.Op, error) {
+			ops, err := t.AcquireAt(node, index, now, s.cfg.SliceTTL)
+			switch {
+			case errors.Is(err, slices.ErrOutOfRange):
+				return nil, &FieldError{Field: "index", Reason: err.Error()}
+			case errors.Is(err, slices.ErrNodeFull):
+				return nil, &ExhaustedError{Resource: pool, Range: t.Spec().String(), Capacity: slices.MaxPerNode, Err: err}
+			case err != nil:
+				return nil, fmt.Errorf("acquire slice %d of pool %s for node %s: %w", index, pool, node, err)
+			}
+			return ops, nil
+		})
 	}
-	if count < 1 || count > slices.MaxPerNode {
-		return nil, &FieldError{Field: "count", Reason: fmt.Sprintf("%d outside 1-%d", count, slices.MaxPerNode)}
-	}
+	s.m.observeAcquire("slice", time.Since(start), err)
+	return out, err
+}
+
+// acquireSlices runs lease on pool's table under the lock, records the
+// node seen, and returns what the node holds in pool once the change
+// has committed.
+func (s *Allocator) acquireSlices(ctx context.Context, node, pool string, lease func(*slices.Table, time.Time) ([]store.Op, error)) ([]Slice, error) {
 	s.mu.Lock()
 	if err := s.gate(); err != nil {
 		s.mu.Unlock()
@@ -91,10 +138,10 @@ func (s *Allocator) acquireSlices(ctx context.Context, node, pool string, count 
 		return nil, err
 	}
 	now := s.now()
-	ops, err := t.Acquire(node, count, now, s.cfg.SliceTTL)
+	ops, err := lease(t, now)
 	if err != nil {
 		s.mu.Unlock()
-		return nil, &ExhaustedError{Resource: pool, Range: t.Spec().String(), Capacity: t.Spec().Count(), Err: err}
+		return nil, err
 	}
 	s.lastSeen[node] = now
 	b := s.enqueue(ops...)
@@ -104,7 +151,9 @@ func (s *Allocator) acquireSlices(ctx context.Context, node, pool string, count 
 }
 
 // RenewSlices is a node's heartbeat: it extends every slice lease of the
-// node and records the usage it reports. It returns the slices the node
+// node and records the usage it reports (ids allocated, and whether the
+// node allocates from the slice without further report); a slice it does
+// not report keeps its last report. It returns the slices the node
 // holds in every pool and the reported slices it does not hold (lost: the
 // node must stop allocating from them). Errors wrap ErrUnavailable or
 // ErrInvalidArgument.
@@ -112,15 +161,15 @@ func (s *Allocator) RenewSlices(ctx context.Context, node string, usage []SliceU
 	if err := validateNode(node, true); err != nil {
 		return nil, nil, err
 	}
-	byPool := map[string]map[int]int{}
+	byPool := map[string]map[int]slices.Usage{}
 	for i, u := range usage {
 		if u.Allocated < 0 || u.Index < 0 {
 			return nil, nil, &FieldError{Field: fmt.Sprintf("usage[%d]", i), Reason: "negative index or allocated count"}
 		}
 		if byPool[u.Pool] == nil {
-			byPool[u.Pool] = map[int]int{}
+			byPool[u.Pool] = map[int]slices.Usage{}
 		}
-		byPool[u.Pool][u.Index] = u.Allocated
+		byPool[u.Pool][u.Index] = slices.Usage{Allocated: u.Allocated, Open: u.Open}
 	}
 	s.mu.Lock()
 	if err := s.gate(); err != nil {
@@ -132,8 +181,8 @@ func (s *Allocator) RenewSlices(ctx context.Context, node string, usage []SliceU
 	var ops []store.Op
 	for pool, m := range byPool {
 		if s.pools[pool] == nil {
-			for i, n := range m {
-				lost = append(lost, SliceUsage{Pool: pool, Index: i, Allocated: n})
+			for i, u := range m {
+				lost = append(lost, SliceUsage{Pool: pool, Index: i, Allocated: u.Allocated, Open: u.Open})
 			}
 		}
 	}
@@ -142,7 +191,8 @@ func (s *Allocator) RenewSlices(ctx context.Context, node string, usage []SliceU
 		o, l := t.Renew(node, byPool[name], now, s.cfg.SliceTTL)
 		ops = append(ops, o...)
 		for _, i := range l {
-			lost = append(lost, SliceUsage{Pool: name, Index: i, Allocated: byPool[name][i]})
+			u := byPool[name][i]
+			lost = append(lost, SliceUsage{Pool: name, Index: i, Allocated: u.Allocated, Open: u.Open})
 		}
 		held = append(held, s.held(t, node)...)
 	}

@@ -53,11 +53,16 @@ func TestNodeSlicesThroughService(t *testing.T) {
 			t.Fatalf("job vni %d from the pod range (err %v)", l.VNI, err)
 		}
 	}
-	// n1 heartbeats with one VNI in use; n2 goes silent and is reclaimed
-	// after ttl+grace; n1's used slice never is.
-	held, lost, err := h.svc.RenewSlices(ctx, "n1", []SliceUsage{{Pool: slices.PodVNIPool, Index: 0, Allocated: 1}, {Pool: "hsn0", Index: 77}})
+	// n1 heartbeats with one VNI in use and its hsn0 slice closed; n2
+	// closes its slice and goes silent, and is reclaimed after ttl+grace;
+	// n1's used slice never is.
+	held, lost, err := h.svc.RenewSlices(ctx, "n1", []SliceUsage{{Pool: slices.PodVNIPool, Index: 0, Allocated: 1, Open: true},
+		{Pool: "hsn0", Index: 0}, {Pool: "hsn0", Index: 77}})
 	if err != nil || len(held) != 2 || len(lost) != 1 || lost[0].Index != 77 {
 		t.Fatalf("renew: held %+v lost %+v %v", held, lost, err)
+	}
+	if _, _, err := h.svc.RenewSlices(ctx, "n2", []SliceUsage{{Pool: slices.PodVNIPool, Index: 1}}); err != nil {
+		t.Fatal(err)
 	}
 	h.clock.Advance(time.Minute + 5*time.Minute + time.Second)
 	r, err := h.svc.sweep(ctx)

@@ -9,6 +9,11 @@ import (
 // AnnotationVNI chooses a pod's VNI scope; see the package documentation.
 const AnnotationVNI = "slingshot.hpe.com/vni"
 
+// AnnotationNetwork is a pod's network request (the HSN IP pool, netdev,
+// subnet or address it wants), passed to the node unparsed; see the
+// package documentation.
+const AnnotationNetwork = "slingshot.hpe.com/network"
+
 // Mode is the VNI scope a pod or owner asks for.
 type Mode string
 

@@ -31,6 +31,8 @@ type Resolution struct {
 	Owner *store.Owner
 	// Policy is the AnnotationVNI of the pod, else of its owners.
 	Policy Policy
+	// NetworkRequest is the pod's AnnotationNetwork, unparsed; "" if none.
+	NetworkRequest string
 }
 
 // Resolver finds a pod's owner and whether owners still exist. Package
@@ -63,6 +65,9 @@ type Lease struct {
 	// FromNodeSlice says the pod-scoped VNI is to be taken from the node's
 	// slice of the pod VNI pool; VNI is 0 then.
 	FromNodeSlice bool
+	// NetworkRequest is the pod's AnnotationNetwork, unparsed, in answers
+	// to AcquireJobVNI; it is read anew for every answer and never stored.
+	NetworkRequest string
 }
 
 // Allocator is the controller core: it leases job VNIs and node slices,

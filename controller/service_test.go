@@ -53,6 +53,15 @@ func (f *fakeResolver) addPod(ns, name string, owner *store.Owner, policy string
 	}
 }
 
+// setNetwork sets the network request annotation of a pod added before.
+func (f *fakeResolver) setNetwork(ns, name, request string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.pods[ns+"/"+name]
+	r.NetworkRequest = request
+	f.pods[ns+"/"+name] = r
+}
+
 func (f *fakeResolver) setExists(ns, name string, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -91,11 +100,17 @@ type harness struct {
 // ends or stop is called, and waits for its state to load.
 func start(t testing.TB, path string, res Resolver, cfg Config) (*Allocator, func()) {
 	t.Helper()
+	return startNodes(t, path, res, nil, cfg)
+}
+
+// startNodes is start with a directory of deleted nodes.
+func startNodes(t testing.TB, path string, res Resolver, nodes NodeDirectory, cfg Config) (*Allocator, func()) {
+	t.Helper()
 	st, err := sqlite.Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(st, res, nil, cfg)
+	svc, err := New(st, res, nodes, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
