@@ -25,11 +25,14 @@ type Controller struct {
 	// loseNext applies that many and then fails them (lost answers).
 	failNext, loseNext int
 	calls              int
+	// cursor makes leasing next-fit, as the controller's: a slice given
+	// back is not the next one leased.
+	cursor map[string]int
 }
 
 // NewController returns a controller of pools.
 func NewController(pools ...ipam.Pool) *Controller {
-	c := &Controller{pools: map[string]ipam.Pool{}, holder: map[string]map[int]string{}}
+	c := &Controller{pools: map[string]ipam.Pool{}, holder: map[string]map[int]string{}, cursor: map[string]int{}}
 	for _, p := range pools {
 		c.pools[p.Name] = p
 		c.holder[p.Name] = map[int]string{}
@@ -127,9 +130,11 @@ func (n *node) Acquire(_ context.Context, pool string, count int) ([]ipam.Slice,
 	if !ok {
 		return nil, fmt.Errorf("no pool %q", pool)
 	}
-	for i := 0; i < p.Slices() && len(c.heldLocked(pool, n.name)) < count; i++ {
+	for k := 0; k < p.Slices() && len(c.heldLocked(pool, n.name)) < count; k++ {
+		i := (c.cursor[pool] + k) % p.Slices()
 		if c.holder[pool][i] == "" {
 			c.holder[pool][i] = n.name
+			c.cursor[pool] = i + 1
 		}
 	}
 	if len(c.heldLocked(pool, n.name)) < count {
