@@ -10,17 +10,26 @@ import (
 )
 
 // Jobs is a [controller.Resolver] over a table: pods by name, each with
-// the owner that controls it, and the owners that are gone. Every pod
-// gets the job policy (one VNI per owner).
+// the owner that controls it and its network request, and the owners that
+// are gone. Every pod gets the job policy (one VNI per owner).
 type Jobs struct {
-	mu   sync.Mutex
-	pods map[string]store.Owner // namespace/name of the pod
-	gone map[string]bool        // namespace/name of the owner
+	mu      sync.Mutex
+	pods    map[string]store.Owner // namespace/name of the pod
+	network map[string]string      // namespace/name of the pod
+	gone    map[string]bool        // namespace/name of the owner
 }
 
 // NewJobs returns an empty table.
 func NewJobs() *Jobs {
-	return &Jobs{pods: map[string]store.Owner{}, gone: map[string]bool{}}
+	return &Jobs{pods: map[string]store.Owner{}, network: map[string]string{}, gone: map[string]bool{}}
+}
+
+// SetNetworkRequest sets the pod's network request, the value of its
+// [controller.AnnotationNetwork] that ResolvePod reports; "" removes it.
+func (j *Jobs) SetNetworkRequest(namespace, pod, request string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.network[namespace+"/"+pod] = request
 }
 
 // Job returns a batch/v1 Job named name in namespace ns, with a UID
@@ -48,14 +57,16 @@ func (j *Jobs) End(owner store.Owner) {
 func (j *Jobs) ResolvePod(_ context.Context, p controller.PodRef) (controller.Resolution, error) {
 	j.mu.Lock()
 	owner, ok := j.pods[p.Namespace+"/"+p.Name]
+	network := j.network[p.Namespace+"/"+p.Name]
 	j.mu.Unlock()
 	if !ok {
 		return controller.Resolution{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, controller.ErrNotFound)
 	}
 	return controller.Resolution{
-		Pod:    store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
-		Owner:  &owner,
-		Policy: controller.Policy{Mode: controller.ModeJob},
+		Pod:            store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Owner:          &owner,
+		Policy:         controller.Policy{Mode: controller.ModeJob},
+		NetworkRequest: network,
 	}, nil
 }
 

@@ -39,7 +39,10 @@ func FuzzAPI(f *testing.F) {
 	seed(1, &apiv1.ReleaseJobVNIRequest{Key: "pod/a/u", Node: "n1"})
 	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "pod-vni", Count: 2})
 	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "hsn0", Count: 1 << 31})
-	seed(3, &apiv1.RenewSlicesRequest{Node: "n1", Usage: []*apiv1.SliceUsage{{Pool: "pod-vni", Index: 0, Allocated: 3}, {Pool: "x", Index: 1 << 30}}})
+	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "hsn0", Index: proto.Uint32(7)})
+	seed(2, &apiv1.AcquireSlicesRequest{Node: "n2", Pool: "hsn0", Index: proto.Uint32(7)})
+	seed(2, &apiv1.AcquireSlicesRequest{Node: "n1", Pool: "pod-vni", Index: proto.Uint32(1 << 31)})
+	seed(3, &apiv1.RenewSlicesRequest{Node: "n1", Usage: []*apiv1.SliceUsage{{Pool: "pod-vni", Index: 0, Allocated: 3, Open: true}, {Pool: "x", Index: 1 << 30}}})
 	seed(3, &apiv1.RenewSlicesRequest{Node: "n1", VnisReported: true, InUseVnis: []uint32{1024, 65535, 65536}})
 	seed(4, &apiv1.ReleaseSliceRequest{Node: "n1", Pool: "pod-vni", Index: 0})
 	seed(5, &apiv1.ListVNIsRequest{})
@@ -68,7 +71,7 @@ func FuzzAPI(f *testing.F) {
 	}
 	srv := NewServer(svc, time.Minute)
 	allowed := map[codes.Code]bool{codes.OK: true, codes.InvalidArgument: true, codes.NotFound: true,
-		codes.ResourceExhausted: true, codes.FailedPrecondition: true}
+		codes.ResourceExhausted: true, codes.FailedPrecondition: true, codes.AlreadyExists: true}
 
 	f.Fuzz(func(t *testing.T, method uint8, data []byte) {
 		var err error

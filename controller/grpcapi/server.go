@@ -11,6 +11,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -32,6 +33,9 @@ const (
 	ReasonForbidden = "WRONG_NODE"
 	ReasonNoNode    = "NO_NODE"
 	ReasonInternal  = "INTERNAL"
+	// ReasonSliceTaken: AcquireSlices named a slice another node leases;
+	// metadata "pool", "index", "slice" and "node" say which and whose.
+	ReasonSliceTaken = "SLICE_TAKEN"
 )
 
 // Server implements apiv1.ControllerServer over a Service.
@@ -96,6 +100,7 @@ func Status(err error) error {
 	var details []protoadapt.MessageV1
 	var fe *controller.FieldError
 	var ex *controller.ExhaustedError
+	var taken *slices.TakenError
 	switch {
 	case errors.As(err, &fe):
 		code, info.Reason = codes.InvalidArgument, ReasonInvalid
@@ -104,6 +109,9 @@ func Status(err error) error {
 	case errors.As(err, &ex):
 		code, info.Reason = codes.ResourceExhausted, ReasonRangeFull
 		info.Metadata = map[string]string{"resource": ex.Resource, "range": ex.Range, "capacity": strconv.Itoa(ex.Capacity)}
+	case errors.As(err, &taken):
+		code, info.Reason = codes.AlreadyExists, ReasonSliceTaken
+		info.Metadata = map[string]string{"pool": taken.Pool, "index": strconv.Itoa(taken.Index), "slice": taken.Slice, "node": taken.Node}
 	case errors.Is(err, controller.ErrInvalidArgument):
 		code, info.Reason = codes.InvalidArgument, ReasonInvalid
 	case errors.Is(err, controller.ErrUnavailable):
@@ -134,7 +142,7 @@ func Status(err error) error {
 
 func isControllerErr(err error) bool {
 	for _, e := range []error{controller.ErrInvalidArgument, controller.ErrExhausted, controller.ErrUnavailable,
-		controller.ErrNotFound, controller.ErrOwnerGone, auth.ErrForbidden} {
+		controller.ErrNotFound, controller.ErrOwnerGone, auth.ErrForbidden, slices.ErrTaken} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -158,7 +166,7 @@ func scopeToProto(s store.Scope) apiv1.Scope {
 
 func leaseToProto(l controller.Lease) *apiv1.JobVNILease {
 	out := &apiv1.JobVNILease{Key: l.Key, Vni: uint32(l.VNI), Scope: scopeToProto(l.Scope), Nodes: l.Nodes,
-		OwnerGone: l.OwnerGone, FromNodeSlice: l.FromNodeSlice}
+		OwnerGone: l.OwnerGone, FromNodeSlice: l.FromNodeSlice, NetworkRequest: l.NetworkRequest}
 	if !l.Created.IsZero() {
 		out.CreatedUnixMs = l.Created.UnixMilli()
 	}
@@ -171,7 +179,7 @@ func leaseToProto(l controller.Lease) *apiv1.JobVNILease {
 
 func sliceToProto(s controller.Slice) *apiv1.Slice {
 	out := &apiv1.Slice{Pool: s.Pool, Index: uint32(s.Index), Node: s.Node, ExpiresUnixMs: s.Expires.UnixMilli(),
-		Allocated: uint32(s.Allocated)}
+		Allocated: uint32(s.Allocated), Open: s.Open}
 	if !s.VNIs.Empty() {
 		out.VniFirst, out.VniLast = uint32(s.VNIs.Min), uint32(s.VNIs.Max)
 	} else if s.Prefix.IsValid() {
@@ -220,16 +228,25 @@ func intField(name string, v uint32, max int) (int, error) {
 	return int(v), nil
 }
 
-// AcquireSlices implements apiv1.ControllerServer.
+// AcquireSlices implements apiv1.ControllerServer: with an index it
+// leases that one slice, else count slices.
 func (s *Server) AcquireSlices(ctx context.Context, req *apiv1.AcquireSlicesRequest) (*apiv1.NodeSlices, error) {
 	if err := s.checkNode(ctx, "AcquireSlices", req.GetNode()); err != nil {
 		return nil, err
 	}
-	count, err := intField("count", req.GetCount(), 1<<20)
-	if err != nil {
-		return nil, Status(err)
+	var held []controller.Slice
+	var err error
+	if req.Index != nil {
+		var idx int
+		if idx, err = intField("index", req.GetIndex(), 1<<20); err == nil {
+			held, err = s.svc.AcquireSliceAt(ctx, req.GetNode(), req.GetPool(), idx)
+		}
+	} else {
+		var count int
+		if count, err = intField("count", req.GetCount(), 1<<20); err == nil {
+			held, err = s.svc.AcquireSlices(ctx, req.GetNode(), req.GetPool(), count)
+		}
 	}
-	held, err := s.svc.AcquireSlices(ctx, req.GetNode(), req.GetPool(), count)
 	if err != nil {
 		return nil, Status(err)
 	}
@@ -254,7 +271,7 @@ func (s *Server) RenewSlices(ctx context.Context, req *apiv1.RenewSlicesRequest)
 		if err != nil {
 			return nil, Status(err)
 		}
-		usage = append(usage, controller.SliceUsage{Pool: u.GetPool(), Index: idx, Allocated: n})
+		usage = append(usage, controller.SliceUsage{Pool: u.GetPool(), Index: idx, Allocated: n, Open: u.GetOpen()})
 	}
 	if req.GetVnisReported() {
 		vnis, err := vniList("in_use_vnis", req.GetInUseVnis())
@@ -271,7 +288,7 @@ func (s *Server) RenewSlices(ctx context.Context, req *apiv1.RenewSlicesRequest)
 	}
 	out := &apiv1.RenewSlicesResponse{Held: slicesToProto(held), TtlMs: s.ttl.Milliseconds()}
 	for _, l := range lost {
-		out.Lost = append(out.Lost, &apiv1.SliceUsage{Pool: l.Pool, Index: uint32(l.Index), Allocated: uint32(l.Allocated)})
+		out.Lost = append(out.Lost, &apiv1.SliceUsage{Pool: l.Pool, Index: uint32(l.Index), Allocated: uint32(l.Allocated), Open: l.Open})
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/controllertest"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -26,11 +28,12 @@ import (
 // client; run says whether to start the service (false keeps it loading).
 func serve(t testing.TB, cfg controller.Config, run bool, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Allocator) {
 	t.Helper()
-	return serveWith(t, cfg, run, nil, opts...)
+	return serveWith(t, cfg, run, nil, nil, opts...)
 }
 
-// serveWith is serve with options of the API server.
-func serveWith(t testing.TB, cfg controller.Config, run bool, srvOpts []Option, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Allocator) {
+// serveWith is serve with a resolver (nil: none, as embedded) and options
+// of the API server.
+func serveWith(t testing.TB, cfg controller.Config, run bool, res controller.Resolver, srvOpts []Option, opts ...grpc.ServerOption) (apiv1.ControllerClient, *controller.Allocator) {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
@@ -38,9 +41,9 @@ func serveWith(t testing.TB, cfg controller.Config, run bool, srvOpts []Option, 
 	}
 	var svc *controller.Allocator
 	if run {
-		svc, _ = controllertest.Start(t, st, nil, cfg)
+		svc, _ = controllertest.Start(t, st, res, cfg)
 	} else {
-		if svc, err = controller.New(st, nil, nil, cfg); err != nil {
+		if svc, err = controller.New(st, res, nil, cfg); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
@@ -238,7 +241,7 @@ func TestIssue15Item8NodeBinding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			c, _ := serveWith(t, controller.Config{}, true, []Option{WithRegisterer(reg)}, grpc.UnaryInterceptor(auth.UnaryInterceptor(tt.authn)))
+			c, _ := serveWith(t, controller.Config{}, true, nil, []Option{WithRegisterer(reg)}, grpc.UnaryInterceptor(auth.UnaryInterceptor(tt.authn)))
 			for method, call := range calls {
 				err := call(t.Context(), c, tt.node)
 				if tt.reason == "" {
@@ -300,6 +303,7 @@ func TestStatusMapping(t *testing.T) {
 		{controller.ErrOwnerGone, codes.FailedPrecondition},
 		{&controller.FieldError{Field: "f", Reason: "r"}, codes.InvalidArgument},
 		{&controller.ExhaustedError{Resource: "vni", Err: errors.New("full")}, codes.ResourceExhausted},
+		{fmt.Errorf("acquire: %w", &slices.TakenError{Pool: "hsn0", Index: 1, Node: "n"}), codes.AlreadyExists},
 		{context.DeadlineExceeded, codes.DeadlineExceeded},
 		{errors.New("boom"), codes.Internal},
 	}
