@@ -9,7 +9,8 @@
 // (through its ReplicaSets) or a JobSet (through its Jobs) shares one VNI.
 // It reads only object metadata (the metadata client), so custom kinds
 // need no typed client. A pod whose chain reaches no listed kind is
-// pod-scoped. The pod's own AnnotationVNI wins over its owners'.
+// pod-scoped. The pod's own AnnotationVNI wins over its owners'. The pod's
+// AnnotationNetwork (its network request) is passed on as it is.
 //
 // [NodeWatcher] follows Node objects with an informer and reports when a
 // node was deleted, or was missing when the informer first synced.

@@ -39,7 +39,8 @@ func newFake(t *testing.T, objs ...runtime.Object) *Resolver {
 func TestResolvePod(t *testing.T) {
 	deploy := obj("apps/v1", "Deployment", "ml", "web", "d-1", nil, nil)
 	rs := obj("apps/v1", "ReplicaSet", "ml", "web-abc", "rs-1", deploy, nil)
-	js := obj("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "train", "js-1", nil, map[string]string{controller.AnnotationVNI: "claim:shared"})
+	js := obj("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "train", "js-1", nil, map[string]string{controller.AnnotationVNI: "claim:shared",
+		controller.AnnotationNetwork: "owner's, not the pod's"})
 	jsJob := obj("batch/v1", "Job", "ml", "train-w-0", "j-1", js, nil)
 	ds := obj("apps/v1", "DaemonSet", "ml", "agent", "ds-1", nil, nil)
 	vcjob := obj("batch.volcano.sh/v1alpha1", "Job", "ml", "vc", "vc-1", nil, nil)
@@ -47,9 +48,9 @@ func TestResolvePod(t *testing.T) {
 	objs := []runtime.Object{deploy, rs, js, jsJob, ds, vcjob,
 		obj("v1", "Pod", "ml", "web-abc-1", "p-1", rs, nil),
 		obj("v1", "Pod", "ml", "train-w-0-0", "p-2", jsJob, nil),
-		obj("v1", "Pod", "ml", "train-w-0-1", "p-3", jsJob, map[string]string{controller.AnnotationVNI: "pod"}),
+		obj("v1", "Pod", "ml", "train-w-0-1", "p-3", jsJob, map[string]string{controller.AnnotationVNI: "pod", controller.AnnotationNetwork: `{"pool":"hsn0"}`}),
 		obj("v1", "Pod", "ml", "agent-x", "p-4", ds, nil),
-		obj("v1", "Pod", "ml", "bare", "p-5", nil, nil),
+		obj("v1", "Pod", "ml", "bare", "p-5", nil, map[string]string{controller.AnnotationNetwork: " hsn0 , ip=10.150.0.9 "}),
 		obj("v1", "Pod", "ml", "vc-0", "p-6", vcjob, nil),
 		obj("v1", "Pod", "ml", "orphan", "p-7", goneJob, nil),
 		obj("v1", "Pod", "ml", "bad", "p-8", nil, map[string]string{controller.AnnotationVNI: "sometimes"}),
@@ -60,14 +61,16 @@ func TestResolvePod(t *testing.T) {
 		ownerUID  string
 		ownerKind string
 		mode      controller.Mode
+		// network: the pod's network request, passed on unparsed.
+		network string
 	}{
-		{"web-abc-1", "d-1", "Deployment", controller.ModeJob},
-		{"train-w-0-0", "js-1", "JobSet", controller.ModeClaim},
-		{"train-w-0-1", "js-1", "JobSet", controller.ModePod},
-		{"agent-x", "", "", controller.ModeJob},
-		{"bare", "", "", controller.ModeJob},
-		{"vc-0", "vc-1", "Job", controller.ModeJob},
-		{"orphan", "g-1", "Job", controller.ModeJob},
+		{"web-abc-1", "d-1", "Deployment", controller.ModeJob, ""},
+		{"train-w-0-0", "js-1", "JobSet", controller.ModeClaim, ""},
+		{"train-w-0-1", "js-1", "JobSet", controller.ModePod, `{"pool":"hsn0"}`},
+		{"agent-x", "", "", controller.ModeJob, ""},
+		{"bare", "", "", controller.ModeJob, " hsn0 , ip=10.150.0.9 "},
+		{"vc-0", "vc-1", "Job", controller.ModeJob, ""},
+		{"orphan", "g-1", "Job", controller.ModeJob, ""},
 	}
 	for _, tt := range tests {
 		res, err := r.ResolvePod(t.Context(), controller.PodRef{Namespace: "ml", Name: tt.pod})
@@ -80,6 +83,9 @@ func TestResolvePod(t *testing.T) {
 		}
 		if gotUID != tt.ownerUID || gotKind != tt.ownerKind || res.Policy.Mode != tt.mode {
 			t.Errorf("%s: owner %s %s mode %s; want %s %s %s", tt.pod, gotKind, gotUID, res.Policy.Mode, tt.ownerKind, tt.ownerUID, tt.mode)
+		}
+		if res.NetworkRequest != tt.network {
+			t.Errorf("%s: network request %q, want %q", tt.pod, res.NetworkRequest, tt.network)
 		}
 	}
 	if _, err := r.ResolvePod(t.Context(), controller.PodRef{Namespace: "ml", Name: "nope"}); !errors.Is(err, controller.ErrNotFound) {

@@ -44,10 +44,12 @@ func (r *Resolver) get(ctx context.Context, k Kind, ns, name string) (*metav1.Pa
 	return r.md.Resource(k.gvr()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-// ResolvePod implements controller.Resolver. It returns an error wrapping
-// controller.ErrNotFound when the pod does not exist (or has another UID),
-// a *controller.FieldError for a malformed annotation, and the API's error
-// otherwise.
+// ResolvePod implements controller.Resolver. The network request is the
+// pod's own AnnotationNetwork, as it is (an owner's is not consulted: the
+// request is per pod). It returns an error wrapping controller.ErrNotFound
+// when the pod does not exist (or has another UID), a
+// *controller.FieldError for a malformed AnnotationVNI, and the API's
+// error otherwise.
 func (r *Resolver) ResolvePod(ctx context.Context, p controller.PodRef) (controller.Resolution, error) {
 	pod, err := r.md.Resource(podsGVR).Namespace(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && p.UID != "" && string(pod.UID) != p.UID) {
@@ -56,7 +58,8 @@ func (r *Resolver) ResolvePod(ctx context.Context, p controller.PodRef) (control
 	if err != nil {
 		return controller.Resolution{}, fmt.Errorf("%w: get pod: %w", controller.ErrUnavailable, err)
 	}
-	res := controller.Resolution{Pod: store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)}}
+	res := controller.Resolution{Pod: store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
+		NetworkRequest: pod.Annotations[controller.AnnotationNetwork]}
 	annotation, annotated := pod.Annotations[controller.AnnotationVNI]
 	cur := &pod.ObjectMeta
 	for range maxDepth {
