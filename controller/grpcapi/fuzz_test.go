@@ -26,10 +26,8 @@ func fuzzDir(t testing.TB) string {
 	return t.TempDir()
 }
 
-// FuzzAPI feeds arbitrary protobuf bytes as every request type to the
-// server over a real (loaded) controller: no panic, and every error is
-// one of the documented codes.
-func FuzzAPI(f *testing.F) {
+// addAPISeeds adds a request of each method, valid and not, to f's corpus.
+func addAPISeeds(f *testing.F) {
 	seed := func(m uint8, msg proto.Message) {
 		b, _ := proto.Marshal(msg)
 		f.Add(m, b)
@@ -47,7 +45,13 @@ func FuzzAPI(f *testing.F) {
 	seed(4, &apiv1.ReleaseSliceRequest{Node: "n1", Pool: "pod-vni", Index: 0})
 	seed(5, &apiv1.ListVNIsRequest{})
 	seed(6, &apiv1.ListSlicesRequest{Pool: "hsn0", Node: "n1"})
+}
 
+// FuzzAPI feeds arbitrary protobuf bytes as every request type to the
+// server over a real (loaded) controller: no panic, and every error is
+// one of the documented codes.
+func FuzzAPI(f *testing.F) {
+	addAPISeeds(f)
 	dir := fuzzDir(f)
 	st, err := sqlite.Open(f.Context(), filepath.Join(dir, "c.db"))
 	if err != nil {
