@@ -52,6 +52,11 @@ type Lease struct {
 	Scope Scope  `json:"scope"`
 	// Local is set for a pod-scoped VNI from the node's own pool.
 	Local bool `json:"local,omitempty"`
+	// NetworkRequest is the pod's network request, its annotation
+	// slingshot.hpe.com/network as the controller read it from the API
+	// server, unparsed; "" when the pod has none (and always in embedded
+	// mode, which has no API server).
+	NetworkRequest string `json:"networkRequest,omitempty"`
 }
 
 // Options configure a Client. Node is required.
@@ -116,6 +121,16 @@ type Client struct {
 	kick  chan struct{}
 	calls *prometheus.CounterVec
 	once  sync.Once
+
+	// beat serialises heartbeats, so that their answers are handed on in
+	// order.
+	beat sync.Mutex
+	// ip guards holder and gen: gen counts the IP slice acquires and
+	// releases that have ended, so that a heartbeat's answer that one of
+	// them overlapped is not handed to the holder (see deliver).
+	ip     sync.Mutex
+	holder SliceHolder
+	gen    uint64
 }
 
 var errNoNode = errors.New("options: node name required")
@@ -260,7 +275,7 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope())}
+	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope()), NetworkRequest: resp.GetNetworkRequest()}
 	if resp.GetFromNodeSlice() {
 		v, err := c.PodVNI(ctx)
 		if err != nil {
@@ -437,13 +452,25 @@ func (c *Client) acquirePodSlices(ctx context.Context, count int) error {
 }
 
 // Heartbeat renews this node's slice leases once, reporting the VNIs in
-// use per slice (and every VNI the node uses, with Options.InUseVNIs), and
-// adopts the slices the controller says it holds. Run
-// calls it; it is exported for agents that drive their own loop.
+// use per slice of the pod VNI pool and whether the pool hands them out
+// without further report (open), the SliceHolder's reports of its IP
+// slices, and every VNI the node uses (with Options.InUseVNIs); then it
+// adopts the pod VNI slices the controller says the node holds and hands
+// the answer to the SliceHolder. Heartbeats run one at a time. Run calls
+// it; it is exported for agents that drive their own loop. Errors are the
+// RenewSlices call's.
 func (c *Client) Heartbeat(ctx context.Context) error {
+	c.beat.Lock()
+	defer c.beat.Unlock()
+	use, reopen := c.pool.usage()
 	var usage []*apiv1.SliceUsage
-	for i, n := range c.pool.usage() {
-		usage = append(usage, &apiv1.SliceUsage{Pool: slices.PodVNIPool, Index: uint32(i), Allocated: uint32(n)})
+	for i, u := range use {
+		usage = append(usage, &apiv1.SliceUsage{Pool: slices.PodVNIPool, Index: uint32(i), Allocated: uint32(u.allocated), Open: u.open})
+	}
+	holder, gen := c.holderAndGen()
+	reports := c.holderReports(holder)
+	for _, r := range reports {
+		usage = append(usage, &apiv1.SliceUsage{Pool: r.Pool, Index: uint32(r.Index), Allocated: uint32(r.Allocated), Open: r.Open})
 	}
 	req := &apiv1.RenewSlicesRequest{Node: c.opts.Node, Usage: usage}
 	if c.opts.InUseVNIs != nil {
@@ -470,5 +497,9 @@ func (c *Client) Heartbeat(ctx context.Context) error {
 		c.opts.Logger.Warn("controller no longer leases a slice to this node", "pool", l.GetPool(), "index", l.GetIndex(), "allocated", l.GetAllocated())
 	}
 	c.pool.setSlices(heldVNISlices(resp.GetHeld()))
+	c.pool.reopened(reopen)
+	if holder != nil {
+		c.deliver(holder, gen, reports, resp)
+	}
 	return nil
 }

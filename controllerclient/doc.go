@@ -20,6 +20,13 @@
 //	v, err := c.PodVNI(ctx) // a pod-scoped VNI from the local pool, no network call
 //	c.ReturnPodVNI(v)
 //
+//	// IP slices for the high-speed network, kept by the agent's IPAM:
+//	c.SetSliceHolder(ipam)                         // before Run: its reports ride the heartbeats
+//	pools, err := c.IPPools(ctx)                   // the controller's IP pools
+//	held, err := c.AcquireIPSlices(ctx, "hsn0", 2) // at least 2 slices; all held in hsn0
+//	held, err = c.AcquireIPSliceAt(ctx, "hsn0", 7) // *SliceTakenError if another node holds it
+//	err = c.ReleaseIPSlice(ctx, "hsn0", 7)         // nil, ErrReleaseRefused, or unknown
+//
 // AcquireJobVNI asks the controller, which resolves the pod's controlling
 // owner; when the answer is a pod-scoped VNI from the node's slice, it is
 // taken from the local pool and [Lease.Local] is set, so ReleaseJobVNI
@@ -36,7 +43,26 @@
 // bounded number of times; other codes are returned at once as errors
 // wrapping the sentinels below (ErrExhausted for a full range, ...). The
 // gRPC connection reconnects by itself. Heartbeats report how many VNIs
-// are in use per slice, so the controller never reclaims a slice in use.
+// are in use per slice, so the controller never reclaims a slice in use,
+// and whether the node hands out from the slice without further report
+// (open): the controller keeps an open slice of a node that is only silent,
+// since the node may have handed out a VNI or address after its last
+// heartbeat. A slice is leased open; the pod VNI pool reports a slice
+// closed while giving it back, and hands out from it again, after a
+// refused give-back, only once a heartbeat has reported it open again.
+//
+// # IP slices
+//
+// The client leases slices of the controller's IP pools for a
+// [SliceHolder] (the agent's IPAM), which allocates addresses from them.
+// Each heartbeat carries the holder's [SliceReport]s and hands it the
+// answer: every IP slice the node holds, and its reported slices the
+// controller does not lease it (lost). An answer that an IP slice acquire
+// or release overtook is not handed on (the next one is), so the holder
+// never sees a slice it has given back listed as held by an older answer.
+// [Client.ReleaseIPSlice] tells a release that certainly did not happen
+// (ErrReleaseRefused) from one whose outcome is unknown, as the pod VNI
+// pool's give-back does.
 //
 // A slice given back is taken out of the pool, in one step with the check
 // that none of its VNIs is in use, before ReleaseSlice is sent, so no
@@ -45,7 +71,8 @@
 // a retry after either), its VNIs stay out of the pool and the release is
 // retried at the next heartbeat until the controller says it no longer
 // leases the slice; only a refusal before acting (a bad argument or
-// credential on the one attempt made) puts them back.
+// credential on the one attempt made) puts them back, once a heartbeat has
+// reported the slice open again.
 //
 // # In-process controller
 //

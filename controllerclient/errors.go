@@ -3,6 +3,8 @@ package controllerclient
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -26,14 +28,22 @@ var (
 	ErrDenied = errors.New("denied by controller")
 	// ErrNoPodVNIPool: the controller has no pod VNI range configured.
 	ErrNoPodVNIPool = errors.New("controller has no pod vni pool")
+	// ErrSliceTaken: another node leases the slice asked for; the error
+	// is a [*SliceTakenError] that says which.
+	ErrSliceTaken = errors.New("slice leased to another node")
+	// ErrReleaseRefused: the controller certainly did not release the
+	// slice (it refused the request before acting), so the node still
+	// holds it.
+	ErrReleaseRefused = errors.New("slice release refused")
 )
 
 // Error is a controller error: its gRPC code, message and ErrorInfo
-// reason. It matches the sentinel of its code.
+// reason and metadata. It matches the sentinel of its code.
 type Error struct {
-	Code    codes.Code
-	Message string
-	Reason  string
+	Code     codes.Code
+	Message  string
+	Reason   string
+	Metadata map[string]string
 }
 
 func (e *Error) Error() string {
@@ -58,8 +68,50 @@ func (e *Error) Is(target error) bool {
 		return target == ErrOwnerGone
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return target == ErrDenied
+	case codes.AlreadyExists:
+		return target == ErrSliceTaken
 	}
 	return false
+}
+
+// reasonSliceTaken is the controller's ErrorInfo reason for a slice that
+// another node leases.
+const reasonSliceTaken = "SLICE_TAKEN"
+
+// SliceTakenError says which node leases the slice that this node asked
+// for. It matches ErrSliceTaken and unwraps to the controller's *Error.
+type SliceTakenError struct {
+	Pool  string
+	Index int
+	// Prefix is the slice's prefix (invalid for a slice of VNIs).
+	Prefix netip.Prefix
+	// Node leases the slice.
+	Node string
+	Err  *Error
+}
+
+func (e *SliceTakenError) Error() string {
+	return fmt.Sprintf("slice %d (%s) of pool %s is leased to node %s", e.Index, e.Err.Metadata["slice"], e.Pool, e.Node)
+}
+
+// Unwrap returns the controller's error.
+func (e *SliceTakenError) Unwrap() error { return e.Err }
+
+// sliceTaken reads a SLICE_TAKEN error's metadata; ok is false for any
+// other error, or one whose metadata lacks the pool, index or node.
+func sliceTaken(e *Error) (*SliceTakenError, bool) {
+	if e.Code != codes.AlreadyExists || e.Reason != reasonSliceTaken {
+		return nil, false
+	}
+	i, err := strconv.Atoi(e.Metadata["index"])
+	if err != nil || i < 0 || e.Metadata["pool"] == "" || e.Metadata["node"] == "" {
+		return nil, false
+	}
+	st := &SliceTakenError{Pool: e.Metadata["pool"], Index: i, Node: e.Metadata["node"], Err: e}
+	if p, err := netip.ParsePrefix(e.Metadata["slice"]); err == nil {
+		st.Prefix = p
+	}
+	return st, true
 }
 
 func fromStatus(err error) error {
@@ -70,8 +122,11 @@ func fromStatus(err error) error {
 	e := &Error{Code: st.Code(), Message: st.Message()}
 	for _, d := range st.Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok {
-			e.Reason = ei.Reason
+			e.Reason, e.Metadata = ei.Reason, ei.Metadata
 		}
+	}
+	if taken, ok := sliceTaken(e); ok {
+		return taken
 	}
 	return e
 }

@@ -28,6 +28,9 @@ type fakeSlices struct {
 
 	mu     sync.Mutex
 	leases map[int]string // slice index → node
+	// open is the open flag of each leased slice as the controller last
+	// heard it: set at the lease, then as the node's heartbeats report.
+	open map[int]bool
 	// release decides one ReleaseSlice attempt; nil applies it and
 	// answers success. It runs outside mu, as the node's other work would
 	// run while the call is on the wire.
@@ -37,7 +40,7 @@ type fakeSlices struct {
 }
 
 func newFakeSlices(first, size, count int) *fakeSlices {
-	return &fakeSlices{first: first, size: size, count: count, leases: map[int]string{}}
+	return &fakeSlices{first: first, size: size, count: count, leases: map[int]string{}, open: map[int]bool{}}
 }
 
 func (f *fakeSlices) rangeOf(i int) (first, last int) {
@@ -65,6 +68,7 @@ func (f *fakeSlices) AcquireSlices(_ context.Context, in *apiv1.AcquireSlicesReq
 	for i := 0; i < f.count && held < int(in.GetCount()); i++ {
 		if f.leases[i] == "" {
 			f.leases[i] = in.GetNode()
+			f.open[i] = true
 			held++
 		}
 	}
@@ -79,6 +83,11 @@ func (f *fakeSlices) RenewSlices(_ context.Context, in *apiv1.RenewSlicesRequest
 	defer f.mu.Unlock()
 	if f.renewErr != nil {
 		return nil, f.renewErr
+	}
+	for _, u := range in.GetUsage() {
+		if i := int(u.GetIndex()); u.GetPool() == slices.PodVNIPool && f.leases[i] == in.GetNode() {
+			f.open[i] = u.GetOpen()
+		}
 	}
 	return &apiv1.RenewSlicesResponse{Held: f.heldLocked(in.GetNode())}, nil
 }
@@ -96,6 +105,7 @@ func (f *fakeSlices) ReleaseSlice(_ context.Context, in *apiv1.ReleaseSliceReque
 			return nil, status.Error(codes.NotFound, "slice not leased to this node")
 		}
 		delete(f.leases, i)
+		delete(f.open, i)
 	}
 	return &apiv1.ReleaseSliceResponse{}, err
 }
@@ -109,6 +119,7 @@ func (f *fakeSlices) grab(node string) {
 	for i := range f.count {
 		if f.leases[i] == "" {
 			f.leases[i] = node
+			f.open[i] = true
 		}
 	}
 }
@@ -119,7 +130,9 @@ func (f *fakeSlices) drop(node string, skip int) {
 	defer f.mu.Unlock()
 	held := f.heldLocked(node)
 	if len(held) > 0 {
-		delete(f.leases, int(held[skip%len(held)].GetIndex()))
+		i := int(held[skip%len(held)].GetIndex())
+		delete(f.leases, i)
+		delete(f.open, i)
 	}
 }
 
@@ -129,20 +142,21 @@ type handedOut map[uint16]bool
 
 // check is the invariant: every VNI handed out lies in a slice the
 // controller leases to node (none in a slice it considers released, or
-// leased to another node).
+// leased to another node) and last heard open (issue 17: else a node that
+// went silent would lose the slice with the VNI in use).
 func (f *fakeSlices) check(node string, out handedOut) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var bad []string
 	for v := range out {
 		i := (int(v) - f.first) / f.size
-		if int(v) < f.first || i >= f.count || f.leases[i] != node {
-			bad = append(bad, fmt.Sprintf("%d (slice %d, leased to %q)", v, i, f.leases[i]))
+		if int(v) < f.first || i >= f.count || f.leases[i] != node || !f.open[i] {
+			bad = append(bad, fmt.Sprintf("%d (slice %d, leased to %q, open %v)", v, i, f.leases[i], f.open[i]))
 		}
 	}
 	sort.Strings(bad)
 	if len(bad) > 0 {
-		return fmt.Errorf("VNIs in use on %s in slices it does not hold: %v", node, bad)
+		return fmt.Errorf("VNIs in use on %s outside the slices the controller leases it and last heard open: %v", node, bad)
 	}
 	return nil
 }
@@ -371,5 +385,66 @@ func TestItem2SliceGiveBackInterleavings(t *testing.T) {
 	t.Logf("%d release attempts, %d steps while one was in flight", releases, inFlight)
 	if releases < 150 || inFlight < 150 {
 		t.Fatalf("%d release attempts, %d steps while one was in flight: too few to test anything", releases, inFlight)
+	}
+}
+
+// Issue 17: a slice the node reported closed (to give it back) is not
+// handed out from again, after the controller refused the give-back,
+// before a heartbeat has reported it open and been answered: until then
+// the controller would reclaim it if the node went silent.
+func TestRefusedGiveBackReopensAfterReport(t *testing.T) {
+	f := newFakeSlices(2048, 4, 3)
+	c := newGiveBackClient(t, f, 1)
+	ctx := t.Context()
+	if err := c.acquirePodSlices(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	f.release = func(*apiv1.ReleaseSliceRequest) (bool, error) {
+		// The heartbeat before the give-back reported the slice closed.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.open[1] {
+			t.Error("slice 1 given back while the controller heard it open")
+		}
+		return false, status.Error(codes.PermissionDenied, "denied")
+	}
+	i, gb, ok := c.pool.beginGiveBack(2)
+	if !ok || i != 1 {
+		t.Fatalf("beginGiveBack: %d %v", i, ok)
+	}
+	if err := c.Heartbeat(ctx); err != nil { // reports slice 1 closed
+		t.Fatal(err)
+	}
+	c.giveBack(ctx, i, gb) // refused
+	out := handedOut{}
+	drain := func() {
+		for range 8 {
+			if err := take(doneContext(t), c, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.check("n1", out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain()
+	if len(out) != 4 {
+		t.Fatalf("%d VNIs handed out before the reopening report, want slice 0's 4", len(out))
+	}
+	f.renewErr = errors.New("controller restarting")
+	if err := c.Heartbeat(ctx); err == nil {
+		t.Fatal("heartbeat did not fail")
+	}
+	drain()
+	if len(out) != 4 {
+		t.Fatalf("%d VNIs handed out after a failed heartbeat, want 4", len(out))
+	}
+	f.renewErr = nil
+	if err := c.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drain()
+	if len(out) != 8 || !f.open[1] {
+		t.Fatalf("%d VNIs handed out after the reopening report (open %v), want 8", len(out), f.open[1])
 	}
 }

@@ -16,10 +16,17 @@ import (
 // is handed out from then on: its free VNIs leave the free list at once,
 // and it is chosen only with nothing in use. It leaves returning when the
 // controller says it no longer leases the slice (dropped), or when the
-// controller certainly refused (its VNIs are free again). After an answer
-// that leaves it unknown whether the release happened, the slice stays
+// controller certainly refused and a heartbeat has since reported the
+// slice open again (its VNIs are free again then). After an answer that
+// leaves it unknown whether the release happened, the slice stays
 // returning and the release is retried: a release that happened, or that
 // still lands later, must never find a VNI of the slice in use.
+//
+// Heartbeats report every held slice open except those returning: the
+// controller keeps an open slice of a silent node, since the node may have
+// handed out a VNI of it after its last report. A slice reported closed
+// is never handed out from again before a heartbeat that reports it open
+// has been answered.
 type podPool struct {
 	mu        sync.Mutex
 	slices    map[int]vnialloc.Range
@@ -39,6 +46,10 @@ type giveBack struct {
 	// inFlight is set while a ReleaseSlice call for the slice is running;
 	// otherwise the last call's outcome was unknown and it is retried.
 	inFlight bool
+	// reopen is set once the controller refused the release: the slice
+	// is reported open again, and its VNIs are free once a heartbeat that
+	// said so has been answered.
+	reopen bool
 }
 
 // giveBackOutcome is what a ReleaseSlice call tells about the slice.
@@ -179,20 +190,58 @@ func (p *podPool) signalLocked() {
 	p.changed = make(chan struct{})
 }
 
-// usage returns the VNIs in use per held slice (every held slice listed).
-func (p *podPool) usage() map[int]int {
+// sliceUse is the pool's report of one slice.
+type sliceUse struct {
+	allocated int
+	// open: VNIs of the slice are handed out without further report.
+	open bool
+}
+
+// usage returns the report of every held slice: the VNIs in use, and
+// whether the slice is open (not on its way back, or to be reopened). It
+// also returns the slices to reopen that it reports open: once the
+// controller has answered the report, reopened frees their VNIs.
+func (p *podPool) usage() (map[int]sliceUse, []pendingGiveBack) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[int]int, len(p.slices))
+	out := make(map[int]sliceUse, len(p.slices))
+	var reopen []pendingGiveBack
 	for i := range p.slices {
-		out[i] = 0
+		gb := p.returning[i]
+		out[i] = sliceUse{open: gb == nil || gb.reopen}
+		if gb != nil && gb.reopen {
+			reopen = append(reopen, pendingGiveBack{index: i, gb: gb})
+		}
 	}
 	for v := range p.inUse {
 		if i, ok := p.sliceOf(v); ok {
-			out[i]++
+			u := out[i]
+			u.allocated++
+			out[i] = u
 		}
 	}
-	return out
+	return out, reopen
+}
+
+// reopened frees the VNIs of the slices a heartbeat reported open again
+// (from usage) once the controller has answered it, unless they were
+// settled meanwhile or are no longer held.
+func (p *podPool) reopened(reported []pendingGiveBack) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	added := false
+	for _, r := range reported {
+		if p.returning[r.index] != r.gb {
+			continue
+		}
+		delete(p.returning, r.index)
+		if s, ok := p.slices[r.index]; ok && s == r.gb.r {
+			added = p.addFreeLocked(s) || added
+		}
+	}
+	if added {
+		p.signalLocked()
+	}
 }
 
 func (p *podPool) counts() (free, slices int) {
@@ -256,7 +305,7 @@ func (p *podPool) retryGiveBacks() []pendingGiveBack {
 	defer p.mu.Unlock()
 	var out []pendingGiveBack
 	for i, gb := range p.returning {
-		if !gb.inFlight {
+		if !gb.inFlight && !gb.reopen {
 			gb.inFlight = true
 			out = append(out, pendingGiveBack{index: i, gb: gb})
 		}
@@ -267,7 +316,9 @@ func (p *podPool) retryGiveBacks() []pendingGiveBack {
 
 // endGiveBack settles slice i's give-back gb by the outcome of its call.
 // An unknown outcome keeps the slice's VNIs out of the free list until a
-// later release settles it, or a heartbeat says it is no longer held.
+// later release settles it, or a heartbeat says it is no longer held. A
+// refusal keeps them out until a heartbeat has reported the slice open
+// again (see reopened): the last report the controller has says closed.
 func (p *podPool) endGiveBack(i int, gb *giveBack, o giveBackOutcome) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -283,9 +334,8 @@ func (p *podPool) endGiveBack(i int, gb *giveBack, o giveBackOutcome) {
 	case o == released && held:
 		delete(p.slices, i)
 	case o == refused && held:
-		if p.addFreeLocked(r) {
-			p.signalLocked()
-		}
+		gb.inFlight, gb.reopen = false, true
+		return
 	}
 	delete(p.returning, i)
 }
