@@ -26,6 +26,32 @@ func fuzzDir(t testing.TB) string {
 	return t.TempDir()
 }
 
+// fuzzController runs a controller with a pod VNI pool and an IP pool
+// over a real store until f ends, and returns it loaded.
+func fuzzController(f *testing.F) *controller.Allocator {
+	st, err := sqlite.Open(f.Context(), filepath.Join(fuzzDir(f), "c.db"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	pool, _ := slices.ParseIPPool("hsn0=10.0.0.0/16:/24")
+	svc, err := controller.New(st, nil, nil, controller.Config{Quarantine: -1,
+		PodVNIRange: vnialloc.Range{Min: 4096, Max: 8191}, PodVNISliceSize: 16, IPPools: []slices.PoolSpec{pool}})
+	if err != nil {
+		st.Close()
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(f.Context()))
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	f.Cleanup(func() { cancel(); <-done; st.Close() })
+	select {
+	case <-svc.Loaded():
+	case <-time.After(10 * time.Second):
+		f.Fatal("not loaded")
+	}
+	return svc
+}
+
 // addAPISeeds adds a request of each method, valid and not, to f's corpus.
 func addAPISeeds(f *testing.F) {
 	seed := func(m uint8, msg proto.Message) {
@@ -52,28 +78,7 @@ func addAPISeeds(f *testing.F) {
 // one of the documented codes.
 func FuzzAPI(f *testing.F) {
 	addAPISeeds(f)
-	dir := fuzzDir(f)
-	st, err := sqlite.Open(f.Context(), filepath.Join(dir, "c.db"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer st.Close()
-	pool, _ := slices.ParseIPPool("hsn0=10.0.0.0/16:/24")
-	svc, err := controller.New(st, nil, nil, controller.Config{Quarantine: -1,
-		PodVNIRange: vnialloc.Range{Min: 4096, Max: 8191}, PodVNISliceSize: 16, IPPools: []slices.PoolSpec{pool}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(f.Context()))
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	select {
-	case <-svc.Loaded():
-	case <-time.After(10 * time.Second):
-		f.Fatal("not loaded")
-	}
-	srv := NewServer(svc, time.Minute)
+	srv := NewServer(fuzzController(f), time.Minute)
 	allowed := map[codes.Code]bool{codes.OK: true, codes.InvalidArgument: true, codes.NotFound: true,
 		codes.ResourceExhausted: true, codes.FailedPrecondition: true, codes.AlreadyExists: true}
 
