@@ -58,8 +58,11 @@
 // Each heartbeat carries the holder's [SliceReport]s and hands it the
 // answer: every IP slice the node holds, and its reported slices the
 // controller does not lease it (lost). An answer that an IP slice acquire
-// or release overtook is not handed on (the next one is), so the holder
-// never sees a slice it has given back listed as held by an older answer.
+// or release may have overtaken (one that ended after the heartbeat asked
+// for the reports) is not handed on; the next one is. A release still in
+// flight while an answer is handed on may not be reflected in it, so the
+// holder keeps a slice it is giving back from being taken up again, as the
+// pod VNI pool does.
 // [Client.ReleaseIPSlice] tells a release that certainly did not happen
 // (ErrReleaseRefused) from one whose outcome is unknown, as the pod VNI
 // pool's give-back does.

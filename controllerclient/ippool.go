@@ -47,10 +47,14 @@ type SliceReport struct {
 // SliceHolder is what keeps IP slices on the node (the agent's IPAM). The
 // heartbeat asks it for its reports and hands it the answer.
 //
-// Heartbeats call it one at a time. Its methods must not call the Client:
-// SlicesHeld runs under a lock that IP slice acquires and releases take
-// when they end, so that it never sees an answer older than an acquire or
-// release that has returned. It may still run while one is in flight.
+// Heartbeats run one at a time, and each calls SliceReports once and then,
+// when it is answered, SlicesHeld at most once: an answer is skipped when
+// an IP slice acquire or release of the Client ended after SliceReports,
+// as it may predate it. The answer reflects every acquire and release that
+// ended before SliceReports; one still in flight then, or ending while
+// SlicesHeld runs, may or may not be reflected: a slice being given back
+// may still be listed as held, and must not be taken up again. Its methods
+// must not call the Heartbeat.
 type SliceHolder interface {
 	// SliceReports returns the reports of every IP slice the holder keeps.
 	// Reports of the pod VNI pool, or with a negative index or count, are
@@ -93,9 +97,10 @@ func (c *Client) holderReports(h SliceHolder) []SliceReport {
 	return out
 }
 
-// deliver hands h the answer to a heartbeat that carried reports and was
-// sent at gen, unless an IP slice acquire or release ended meanwhile:
-// the answer may then predate it, and the next heartbeat's will not.
+// deliver hands h the answer to a heartbeat that carried reports, asked
+// for at gen, unless an IP slice acquire or release ended since: the
+// answer may then predate it, and the next heartbeat's will not. It calls
+// h without the lock, so that h may call the Client.
 func (c *Client) deliver(h SliceHolder, gen uint64, reports []SliceReport, resp *apiv1.RenewSlicesResponse) {
 	var held []IPSlice
 	for _, s := range resp.GetHeld() {
@@ -114,11 +119,11 @@ func (c *Client) deliver(h SliceHolder, gen uint64, reports []SliceReport, resp 
 		}
 	}
 	c.ip.Lock()
-	defer c.ip.Unlock()
-	if c.gen != gen {
-		return
+	stale := c.gen != gen
+	c.ip.Unlock()
+	if !stale {
+		h.SlicesHeld(held, lost)
 	}
-	h.SlicesHeld(held, lost)
 }
 
 type sliceKey struct {
