@@ -76,7 +76,7 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 		}),
 		stranded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slingshot_controller_slices_stranded",
-			Help: "Slices of gone nodes kept because the node last reported ids in use.",
+			Help: "Slices of gone nodes kept because the node last reported ids in use, or, while its Node object exists, the slice open (it may have handed out ids since).",
 		}),
 	}
 	if reg == nil {

@@ -35,7 +35,7 @@ type SweepResult struct {
 	// stopped naming (see ReportVNIsInUse).
 	UnusedHolds int
 	// Reclaimed node slices, and Stranded ones kept because their gone
-	// node last reported ids in use.
+	// node last reported ids in use or, while only silent, the slice open.
 	Reclaimed, Stranded int
 }
 
