@@ -57,8 +57,8 @@ type SliceReport struct {
 // must not call the Heartbeat.
 type SliceHolder interface {
 	// SliceReports returns the reports of every IP slice the holder keeps.
-	// Reports of the pod VNI pool, or with a negative index or count, are
-	// left out of the heartbeat.
+	// Reports of the pod VNI pool, or with an index outside 0-2^20 or a
+	// count outside 0-2^30, are left out of the heartbeat (logged).
 	SliceReports() []SliceReport
 	// SlicesHeld gives the answer of a heartbeat that carried those
 	// reports: held is every IP-pool slice the controller says the node
@@ -88,7 +88,9 @@ func (c *Client) holderReports(h SliceHolder) []SliceReport {
 	}
 	var out []SliceReport
 	for _, r := range h.SliceReports() {
-		if r.Pool == slices.PodVNIPool || r.Index < 0 || r.Allocated < 0 || r.Index > 1<<30 || r.Allocated > 1<<30 {
+		// The controller refuses a whole heartbeat with an index above
+		// 2^20 or a count above 2^30 in it.
+		if r.Pool == slices.PodVNIPool || r.Index < 0 || r.Allocated < 0 || r.Index > 1<<20 || r.Allocated > 1<<30 {
 			c.opts.Logger.Warn("slice report left out of the heartbeat", "pool", r.Pool, "index", r.Index, "allocated", r.Allocated)
 			continue
 		}

@@ -281,6 +281,8 @@ func TestHeartbeatCarriesSliceHolder(t *testing.T) {
 		{Pool: "hsn0", Index: 3, Allocated: 1, Open: true}, // not held
 		{Pool: slices.PodVNIPool, Index: 0, Allocated: 99}, // not the holder's to report
 		{Pool: "hsn0", Index: -1},
+		{Pool: "hsn0", Index: 1<<20 + 1}, // the controller would refuse the whole heartbeat
+		{Pool: "hsn0", Index: 2, Allocated: 1<<30 + 1},
 	}}
 	c.SetSliceHolder(h)
 	if err := c.Heartbeat(ctx); err != nil {
