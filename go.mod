@@ -3,6 +3,7 @@ module github.com/slingshot-k8s/slingshot
 go 1.26.0
 
 require (
+	github.com/containernetworking/cni v1.3.1
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/opencontainers/runtime-spec v1.3.0
