@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,12 +16,14 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/ipamwire"
 )
 
-// buildPlugin builds cmd/slingshot-ipam into a temporary directory and
-// returns that directory.
+// buildPlugin builds cmd/slingshot-ipam into a temporary directory, as
+// `make build` builds it, and returns that directory.
 func buildPlugin(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "slingshot-ipam"), "github.com/slingshot-k8s/slingshot/cmd/slingshot-ipam").CombinedOutput()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, "slingshot-ipam"), "github.com/slingshot-k8s/slingshot/cmd/slingshot-ipam")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build slingshot-ipam: %v\n%s", err, out)
 	}
@@ -100,5 +103,50 @@ func wantCode(t *testing.T, err error, code uint) {
 	var e *types.Error
 	if !errors.As(err, &e) || e.Code != code {
 		t.Errorf("error %v, want a CNI error of code %d", err, code)
+	}
+}
+
+// The binary against the agent's real allocator, the verbs that need no
+// namespace: GC keeps only the valid attachments, STATUS answers for the
+// pool, CHECK compares with prevResult, DEL of the unknown succeeds.
+func TestBinaryRealAgent(t *testing.T) {
+	a, dir := startAgent(t), buildPlugin(t)
+	bin, ctx := filepath.Join(dir, "slingshot-ipam"), context.Background()
+	args := func(verb, id string) *invoke.Args {
+		return &invoke.Args{Command: verb, ContainerID: id, NetNS: filepath.Join(dir, "no-netns"), IfName: "net1", Path: dir}
+	}
+	results := map[string]string{}
+	for _, id := range []string{"c1", "c2", "c3"} {
+		r, err := invoke.ExecPluginWithResult(ctx, bin, netConfig("1.1.0", a.socket), args("ADD", id), nil)
+		if err != nil {
+			t.Fatalf("ADD %s: %v", id, err)
+		}
+		results[id] = resultString(t, r)
+	}
+	prev := func(id string) []byte { return netConfig("1.1.0", a.socket, `"prevResult":`+results[id]) }
+	if err := invoke.ExecPluginWithoutResult(ctx, bin, prev("c1"), args("CHECK", "c1"), nil); err != nil {
+		t.Errorf("CHECK c1: %v", err)
+	}
+	err := invoke.ExecPluginWithoutResult(ctx, bin, prev("c2"), args("CHECK", "c1"), nil)
+	wantCode(t, err, ipamwire.CodeInvalidRequest)
+	gc := netConfig("1.1.0", a.socket, `"cni.dev/valid-attachments":[{"containerID":"c2","ifname":"net1"}]`)
+	if err := invoke.ExecPluginWithoutResult(ctx, bin, gc, args("GC", ""), nil); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if got := a.owners(); len(got) != 1 || got[0] != "cni/c2/net1" {
+		t.Errorf("after GC the allocator holds %v, want only cni/c2/net1", got)
+	}
+	if err := invoke.ExecPluginWithoutResult(ctx, bin, netConfig("1.1.0", a.socket), args("STATUS", ""), nil); err != nil {
+		t.Errorf("STATUS: %v", err)
+	}
+	other := bytes.Replace(netConfig("1.1.0", a.socket), []byte(`"pool":"hsn0"`), []byte(`"pool":"hsn9"`), 1)
+	wantCode(t, invoke.ExecPluginWithoutResult(ctx, bin, other, args("STATUS", ""), nil), ipamwire.CodeNotAvailable)
+	for _, id := range []string{"c2", "never-added"} {
+		if err := invoke.ExecPluginWithoutResult(ctx, bin, netConfig("1.1.0", a.socket), args("DEL", id), nil); err != nil {
+			t.Errorf("DEL %s: %v", id, err)
+		}
+	}
+	if got := a.owners(); len(got) != 0 {
+		t.Errorf("after DEL the allocator holds %v", got)
 	}
 }
