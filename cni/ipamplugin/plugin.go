@@ -2,7 +2,6 @@ package ipamplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -118,13 +117,14 @@ func (p plugin) check(ctx context.Context, a *skel.CmdArgs) error {
 	if c.PrevResult == nil || len(c.PrevResult.IPs) == 0 {
 		return invalidConfig("CHECK needs a prevResult with the attachment's address")
 	}
+	cl := client(c)
 	var errs []string
 	for _, ip := range c.PrevResult.IPs {
 		pfx, ok := prefix(ip.Address)
 		if !ok {
 			continue
 		}
-		err := client(c).Check(ctx, ipamwire.CheckRequest{Network: c.Network, Attachment: attachment(a), Address: pfx})
+		err := cl.Check(ctx, ipamwire.CheckRequest{Network: c.Network, Attachment: attachment(a), Address: pfx})
 		if err == nil {
 			return nil
 		}
@@ -198,9 +198,6 @@ func cniError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var e *ipamwire.Error
-	if !errors.As(err, &e) {
-		e = ipamwire.AsError(err)
-	}
+	e := ipamwire.AsError(err)
 	return types.NewError(e.Code, e.Msg, e.Details)
 }
