@@ -5,8 +5,11 @@
 #   docker build --target agent      -t REGISTRY/slingshot-agent:TAG .
 #   docker build --target controller -t REGISTRY/slingshot-controller:TAG .
 #
-# Both binaries are static (CGO_ENABLED=0, -trimpath): `make build` builds
-# the same ones into bin/. The agent talks to the cluster controller and
+# The agent image also carries the slingshot-ipam CNI plugin, which the
+# DaemonSet's init container copies into the node's CNI bin dir
+# (`slingshot-ipam install DIR`: the base has no cp). All binaries are
+# static (CGO_ENABLED=0, -trimpath): `make build` builds the same ones
+# into bin/. The agent talks to the cluster controller and
 # links no database; for an agent that runs the controller in-process
 # (--controller=embedded, the chart's controller.enabled=false), build its
 # image with --build-arg TAGS=embedded_controller. The base is distroless static (CA certificates,
@@ -51,10 +54,13 @@ ENTRYPOINT ["/usr/local/bin/slingshot-controller"]
 #   - host paths: /dev (the /dev/cxiN nodes), /sys read-only (discovery),
 #     /var/lib/kubelet/device-plugins and .../pod-resources (the kubelet's
 #     sockets), /var/run/cdi (CDI specs) and /var/lib/slingshot-agent (its
-#     state, at the same path, because the kubelet mounts files from it).
+#     state, at the same path, because the kubelet mounts files from it),
+#     /run/slingshot-agent (the IPAM socket the CNI plugin dials on the
+#     host) and, for the init container alone, the CNI bin dir.
 # Same base as the controller; only the user differs.
 FROM gcr.io/distroless/static-debian12:nonroot AS agent
 COPY --from=build /out/slingshot-agent /usr/local/bin/slingshot-agent
+COPY --from=build /out/slingshot-ipam /usr/local/bin/slingshot-ipam
 USER 0:0
 # /metrics, /healthz, /readyz and /inspect (bound to the node's IP).
 EXPOSE 9479
