@@ -42,8 +42,8 @@ type Variant struct {
 // cert-manager (also the plain manifests), every optional feature on, the
 // controller on the Kubernetes store with three elected replicas (with
 // cert-manager), the embedded controller, the simulated driver without
-// privileges on a cluster without cert-manager (the chart makes its own
-// CA), and plaintext gRPC. Together they take every branch of the
+// privileges (nor IPAM socket or CNI plugin) on a cluster without
+// cert-manager (the chart makes its own CA), and plaintext gRPC. Together they take every branch of the
 // templates.
 func Variants() []Variant {
 	return []Variant{
@@ -59,6 +59,7 @@ func Variants() []Variant {
 				"affinity":       map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/os", "operator": "In", "values": []any{"linux"}}}}}}}},
 				"podAnnotations": map[string]any{"example.com/a": "b"},
 				"podLabels":      map[string]any{"tier": "node"},
+				"hsnInterface":   map[string]any{"enabled": true, "mode": "ipvlan", "mtu": 9000},
 				"config": map[string]any{
 					"membership": map[string]any{"criSocket": "/run/containerd/containerd.sock"},
 					"limits":     map[string]any{"TXQs": map[string]any{"max": 64, "res": 8}},
@@ -78,6 +79,7 @@ func Variants() []Variant {
 				"podLabels":      map[string]any{"tier": "control"},
 				"service":        map[string]any{"annotations": map[string]any{"example.com/a": "b"}},
 			},
+			"ipam":           map[string]any{"socket": "/var/run/slingshot/ipam.sock", "cniBinDir": "/var/lib/cni/bin/"},
 			"metacontroller": map[string]any{"enabled": true},
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"networkPolicy":  map[string]any{"enabled": true},
@@ -90,6 +92,7 @@ func Variants() []Variant {
 		}},
 		{Name: "sim-unprivileged", Values: map[string]any{
 			"agent": map[string]any{"cxiDriver": "sim", "privileged": false},
+			"ipam":  map[string]any{"socket": "", "installPlugin": false},
 			"controller": map[string]any{"persistence": map[string]any{"enabled": false},
 				"tls": map[string]any{"ipAddresses": []any{"192.0.2.10"}, "dnsNames": []any{"controller.example"}}},
 		}},

@@ -89,7 +89,8 @@ Service's names and controller.tls.dnsNames. */}}
 {{- concat (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) .Values.controller.tls.dnsNames | toJson }}
 {{- end }}
 
-{{/* The agent's configuration file: values with the CDI directory filled in. */}}
+{{/* The agent's configuration file: values with the CDI directory filled in,
+and nicResource.hsnInterface from agent.hsnInterface when that is enabled. */}}
 {{- define "slingshot.agent.config" -}}
 {{- $cfg := deepCopy .Values.agent.config }}
 {{- $cdi := default dict (get $cfg "cdi") }}
@@ -97,7 +98,30 @@ Service's names and controller.tls.dnsNames. */}}
 {{- $_ := set $cdi "specDir" .Values.agent.cdiDir }}
 {{- end }}
 {{- $_ := set $cfg "cdi" $cdi }}
+{{- $h := .Values.agent.hsnInterface }}
+{{- if $h.enabled }}
+{{- $hsn := dict "enabled" true "mode" $h.mode "name" $h.name "pool" $h.pool }}
+{{- if $h.mtu }}
+{{- $_ := set $hsn "mtu" $h.mtu }}
+{{- end }}
+{{- $nic := default dict (get $cfg "nicResource") }}
+{{- $_ := set $nic "hsnInterface" $hsn }}
+{{- $_ := set $cfg "nicResource" $nic }}
+{{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The names of controller.ipPools (NAME=PREFIX:/LEN, comma-separated), as a
+JSON list. */}}
+{{- define "slingshot.controller.ipPoolNames" -}}
+{{- $names := list }}
+{{- range splitList "," .Values.controller.ipPools }}
+{{- $name := trim (first (splitList "=" .)) }}
+{{- if $name }}
+{{- $names = append $names $name }}
+{{- end }}
+{{- end }}
+{{- toJson $names }}
 {{- end }}
 
 {{/* Fails rendering on values that cannot work together. */}}
@@ -107,6 +131,24 @@ Service's names and controller.tls.dnsNames. */}}
 {{- end }}
 {{- if and (eq .Values.agent.cxiDriver "uapi") (not .Values.agent.privileged) }}
 {{- fail "agent.privileged=false needs agent.cxiDriver=sim: an unprivileged container cannot open the host's /dev/cxiN" }}
+{{- end }}
+{{- $ipam := .Values.ipam }}
+{{- if $ipam.socket }}
+{{- if or (not (isAbs $ipam.socket)) (gt (len $ipam.socket) 107) (eq (dir $ipam.socket) "/") }}
+{{- fail (printf "ipam.socket %q: want an absolute path of at most 107 bytes (a unix socket's limit) in a directory other than /, or empty" $ipam.socket) }}
+{{- end }}
+{{- end }}
+{{- if and $ipam.installPlugin (or (not $ipam.cniBinDir) (not (isAbs $ipam.cniBinDir)) (eq (clean $ipam.cniBinDir) "/")) }}
+{{- fail (printf "ipam.cniBinDir %q: want the node's CNI bin dir, an absolute path other than /" $ipam.cniBinDir) }}
+{{- end }}
+{{- $h := .Values.agent.hsnInterface }}
+{{- if $h.enabled }}
+{{- if not (has $h.mode (list "macvlan" "ipvlan")) }}
+{{- fail (printf "agent.hsnInterface.mode %q: want macvlan or ipvlan" $h.mode) }}
+{{- end }}
+{{- if and .Values.controller.enabled (not (has $h.pool (include "slingshot.controller.ipPoolNames" . | fromJsonArray))) }}
+{{- fail (printf "agent.hsnInterface.pool %q is not a pool of controller.ipPools %q: the agents would have no addresses to give" $h.pool .Values.controller.ipPools) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.metacontroller.enabled (not .Values.controller.enabled) }}
 {{- fail "metacontroller.enabled needs controller.enabled: the hooks are served by the controller" }}
