@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
@@ -97,6 +99,13 @@ func policyFrom(c config.Config) policy {
 			}
 		}
 		p.limits = &l
+	}
+	if h := c.NICResource.HSNInterface; h.Enabled {
+		mode := hsnlink.Macvlan
+		if h.Mode == "ipvlan" {
+			mode = hsnlink.IPVLAN
+		}
+		p.hsn = map[string]hsnPolicy{c.NICResource.Name: {mode: mode, name: h.Name, pool: h.Pool, mtu: h.MTU}}
 	}
 	switch {
 	case c.Membership.FallbackUID != nil:
@@ -252,6 +261,9 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 			st = "cleaning up"
 		}
 		ip := inspect.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, VNI: p.VNI, Scope: p.Scope, State: st}
+		if h := p.HSN; h != nil {
+			ip.HSN = fmt.Sprintf("%s %s on %s", h.Name, h.Address, h.Parent)
+		}
 		for _, s := range p.Services {
 			ip.NICs = append(ip.NICs, s.NIC)
 			if podOf[s.NIC] == nil {

@@ -75,6 +75,8 @@ type policy struct {
 	tcs      cxi.TrafficClasses
 	limits   *cxi.Limits
 	fallback *cxi.Member
+	// hsn is, by resource, the hsn interface its pods get; absent: none.
+	hsn map[string]hsnPolicy
 }
 
 // nic is one NIC as the pod path uses it.
@@ -82,6 +84,7 @@ type nic struct {
 	name    string // "cxi0"
 	index   int
 	devPath string // host path of /dev/cxiN
+	netdev  string // the NIC's hsn netdev, "hsn0"; empty if it has none
 	drv     serviceDriver
 }
 
@@ -107,6 +110,10 @@ type binder struct {
 	pods    podFinder
 	netns   netnsFinder
 	ns      nsHolds
+	// addrs allocates the pods' hsn addresses, linker puts their hsn
+	// interfaces in place; addrs is nil where the node has no IPAM.
+	addrs   addressAllocator
+	linker  hsnLinker
 	files   *allocFiles
 	store   *checkpoint.Store
 	metrics *metrics
@@ -216,8 +223,11 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 		}
 	}
 	created, err := b.ensureServices(ctx, key, nics, member, netns)
+	if err == nil {
+		err = b.ensureHSN(ctx, key, resource, pod, nics, handle)
+	}
 	if err != nil {
-		b.rollback(ctx, key, created, fresh)
+		b.rollback(ctx, key, created, fresh, handle)
 		return err
 	}
 	entry := b.update(key, func(p *checkpoint.Pod) {
@@ -231,7 +241,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	wg.Go(func() { pubErr = b.publish(ids, entry, nics) })
 	wg.Wait()
 	if saveErr != nil {
-		b.rollback(ctx, key, created, fresh)
+		b.rollback(ctx, key, created, fresh, handle)
 		return saveErr
 	}
 	if pubErr != nil {
@@ -254,6 +264,7 @@ func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32) er
 	entry := checkpoint.Pod{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
+		Network:   lease.NetworkRequest,
 		DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
 	}
 	if err := b.store.Put(entry); err != nil {
@@ -431,8 +442,9 @@ func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vni uint16
 }
 
 // rollback undoes a failed bind: the services made in this call, and for a
-// pod seen for the first time its lease and record.
-func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool) {
+// pod seen for the first time its hsn interface (in the namespace h),
+// lease and record.
+func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool, h nsHandle) {
 	for _, s := range created {
 		if err := b.nics[s.NIC].drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
 			b.logger.Error("rollback: destroy service", "nic", s.NIC, "id", s.ID, "err", err)
@@ -442,7 +454,7 @@ func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.
 			p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
 		})
 	}
-	if entry, ok := b.store.Get(key); fresh && ok && len(entry.Services) == 0 {
+	if entry, ok := b.store.Get(key); fresh && ok && len(entry.Services) == 0 && b.dropHSN(key, h) {
 		b.forget(ctx, key)
 		return
 	}
@@ -556,6 +568,13 @@ func (n *nsHolds) release(pod string) {
 	if h != nil {
 		_ = h.Close()
 	}
+}
+
+// get returns the handle kept for pod; nil for none.
+func (n *nsHolds) get(pod string) nsHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.byPod[pod]
 }
 
 // held returns the inode kept open for pod; 0 for none.

@@ -21,6 +21,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
@@ -56,6 +57,9 @@ type parts struct {
 	lis        net.Listener
 	ready      atomic.Bool
 	dsvc       *defaultServiceGuard
+	ipam       *ipam.Allocator
+	ipamSrv    *http.Server // nil without --ipam-socket
+	ipamLis    net.Listener
 
 	closers []io.Closer
 }
@@ -71,7 +75,7 @@ func (a *parts) close() {
 // parts made so far are returned for closing.
 func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, error) {
 	a := &parts{opts: opts, logger: logger}
-	steps := []func(context.Context) error{a.buildBase, a.buildNICs, a.buildResources, a.buildState, a.buildServing}
+	steps := []func(context.Context) error{a.buildBase, a.buildNICs, a.buildResources, a.buildState, a.buildIPAM, a.buildServing}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return a, err
@@ -172,7 +176,11 @@ func (a *parts) openNIC(n sysfs.NIC) bool {
 	client := cxi.NewClient(countingDevice{Device: dev, busy: a.m.busyRetries.WithLabelValues(n.Name)},
 		cxi.WithDestroyRetry(retry), cxi.WithLogger(a.logger.With("nic", n.Name)),
 		cxi.WithDeviceMaxima(n.Properties.Max))
-	a.b.nics[n.Name] = &nic{name: n.Name, index: n.Index, devPath: filepath.Join(a.opts.DevRoot, n.Name), drv: client}
+	nd := &nic{name: n.Name, index: n.Index, devPath: filepath.Join(a.opts.DevRoot, n.Name), drv: client}
+	if n.NetDev != nil {
+		nd.netdev = n.NetDev.Name
+	}
+	a.b.nics[n.Name] = nd
 	shares := a.cfg.NICResource.SharesPerNIC
 	for s := range shares {
 		a.b.devNIC[nicDeviceID(n, s, shares)] = n.Name
@@ -312,6 +320,10 @@ func (a *parts) report(ctx context.Context) *inspect.Report {
 	if a.units != nil {
 		r.Units = a.units.report(heldIDs(a.watcher.Latest(), a.units.name))
 	}
+	if a.ipam != nil {
+		snap := a.ipam.Inspect()
+		r.IPAM = &snap
+	}
 	return r
 }
 
@@ -357,6 +369,7 @@ func (a *parts) run(ctx context.Context) error {
 		g.Go(func() error { return a.shutdownHTTP(gctx) })
 	}
 	g.Go(func() error { return a.watcher.Run(gctx) })
+	g.Go(func() error { return a.runIPAM(gctx) })
 	g.Go(func() error {
 		retry := time.NewTicker(a.cfg.Cleanup.RetryStuckEvery.Duration)
 		defer retry.Stop()

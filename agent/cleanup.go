@@ -112,6 +112,12 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		}
 		return false
 	}
+	if !b.dropHSN(key, b.ns.get(key)) {
+		if err := b.save(); err != nil {
+			b.logger.Error("save checkpoint", "err", err)
+		}
+		return false
+	}
 	b.ns.release(key) // no service names the namespace any more
 	if !entry.Released {
 		if !b.release(ctx, key, leaseOf(&entry)) {

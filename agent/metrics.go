@@ -28,7 +28,9 @@ type metrics struct {
 	// defaultServiceOpen is 1 for a NIC whose default CXI service is
 	// open to every process of the node (see defaultServiceGuard).
 	defaultServiceOpen *prometheus.GaugeVec
-	now                func() time.Time
+	// hsnErrors counts the failed steps of pods' hsn interfaces.
+	hsnErrors *prometheus.CounterVec
+	now       func() time.Time
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -93,6 +95,13 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_default_service_open",
 			Help: "1 while the NIC's default CXI service (ID 1) is enabled and open to every process of the node (or to root), which lets pods of different jobs share its VNIs; 0 while it is disabled or restricted.",
 		}, []string{"nic"}),
+		hsnErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_hsn_interface_errors_total",
+			Help: "Failed steps of the pods' hsn interfaces, by op: allocate (the address), attach, detach, release (the address).",
+		}, []string{"op"}),
+	}
+	for _, op := range []string{"allocate", "attach", "detach", "release"} {
+		m.hsnErrors.WithLabelValues(op)
 	}
 	for _, r := range []podwatch.ListResult{podwatch.ListOK, podwatch.ListRateLimited, podwatch.ListError} {
 		m.podLists.WithLabelValues(string(r))
@@ -104,7 +113,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
 		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
-		m.kubeletNudges, m.defaultServiceOpen} {
+		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -20,6 +20,10 @@ const (
 	DriverSim  = "sim"  // the simulated driver, its state under --state-dir
 )
 
+// maxSocketPath is what fits a unix socket address (sun_path, 108 bytes
+// with its terminating NUL).
+const maxSocketPath = 107
+
 // CRINone as --cri-socket: find network namespaces from /proc only.
 const CRINone = "none"
 
@@ -67,6 +71,10 @@ type Options struct {
 	ManagedVNIs string
 	LogLevel    string
 	LogFormat   string
+	// IPAMSocket is the unix socket where the slingshot-ipam CNI plugin
+	// asks for addresses; empty serves none (the allocator still serves
+	// the pods' hsn interfaces).
+	IPAMSocket string
 }
 
 // RegisterFlags binds every option to fs with its default.
@@ -91,6 +99,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.InspectAddr, "inspect-addr", "", "loopback `address` (127.0.0.1:PORT) that also serves the HTTP endpoint, for /inspect where --metrics-addr is the node's address; /inspect takes no credentials and is never answered on other addresses")
 	fs.BoolVar(&o.CleanManaged, "clean-managed", false, "at start, also destroy every non-system CXI service whose VNIs all fall in --managed-vnis, whoever made it")
 	fs.StringVar(&o.ManagedVNIs, "managed-vnis", "1024-65535", "VNI `range` min-max the cluster hands out, for --clean-managed")
+	fs.StringVar(&o.IPAMSocket, "ipam-socket", "/run/slingshot-agent/ipam.sock", "unix `socket` where the slingshot-ipam CNI plugin asks for addresses on the high-speed network (its ipam.socket); empty: none")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log `format`: text or json")
 }
@@ -123,6 +132,9 @@ func (o *Options) Validate() error {
 		if p.path == "" || !filepath.IsAbs(p.path) {
 			errs = append(errs, fmt.Errorf("--%s %q: want an absolute path", p.flag, p.path))
 		}
+	}
+	if o.IPAMSocket != "" && (!filepath.IsAbs(o.IPAMSocket) || len(o.IPAMSocket) > maxSocketPath) {
+		errs = append(errs, fmt.Errorf("--ipam-socket %q: want an absolute path of at most %d bytes, or empty", o.IPAMSocket, maxSocketPath))
 	}
 	if o.CRISocket != "" && o.CRISocket != CRINone && !filepath.IsAbs(o.CRISocket) {
 		errs = append(errs, fmt.Errorf("--cri-socket %q: want an absolute path, empty or %q", o.CRISocket, CRINone))

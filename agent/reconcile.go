@@ -72,6 +72,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		unlock()
 	}
 
+	b.reconcileHSN()
 	if err := b.reconcileOrphans(ctx, opts, owned, &rep); err != nil {
 		return rep, err
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"time"
@@ -75,6 +76,28 @@ type Pod struct {
 	// Released is set once the controller has been told the node no
 	// longer holds the VNI.
 	Released bool `json:"released,omitempty"`
+	// Network is the pod's network request (its slingshot.hpe.com/network
+	// annotation, unparsed) as the controller passed it on with the lease.
+	Network string `json:"network,omitempty"`
+	// HSN is the hsn interface the agent put in the pod's namespace, from
+	// the moment its address is allocated until it is removed and the
+	// address released.
+	HSN *HSNLink `json:"hsn,omitempty"`
+}
+
+// HSNLink is a pod's interface on the high-speed network.
+type HSNLink struct {
+	// Name is the interface's name in the pod, Parent the host's hsn
+	// netdev it is a child of, Mode "macvlan" or "ipvlan".
+	Name   string `json:"name"`
+	Parent string `json:"parent"`
+	Mode   string `json:"mode"`
+	// Address is the pod's address with the pool's prefix length.
+	Address netip.Prefix `json:"address"`
+	// Owner keys the address at the agent's allocator.
+	Owner string `json:"owner"`
+	// MTU of the interface; 0 kept the parent's.
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Service is one CXI service on one NIC.

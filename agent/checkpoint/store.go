@@ -183,6 +183,9 @@ func checkPod(st *State, key string, p *Pod) error {
 		if p.LeaseKey != "" && o.LeaseKey == p.LeaseKey && o.VNI != p.VNI {
 			return fmt.Errorf("%w: lease %s has VNI %d for %s and %d for %s", ErrInvariant, p.LeaseKey, o.VNI, other, p.VNI, key)
 		}
+		if p.HSN != nil && o.HSN != nil && p.HSN.Address.Addr() == o.HSN.Address.Addr() {
+			return fmt.Errorf("%w: hsn address %s recorded for both %s and %s", ErrInvariant, p.HSN.Address.Addr(), other, key)
+		}
 		if p.Local && o.Local && p.VNI != 0 && o.VNI == p.VNI {
 			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, p.VNI, other, key)
 		}
@@ -204,6 +207,10 @@ func (p *Pod) Clone() Pod {
 	if p.Exited != nil {
 		t := *p.Exited
 		c.Exited = &t
+	}
+	if p.HSN != nil {
+		h := *p.HSN
+		c.HSN = &h
 	}
 	return c
 }

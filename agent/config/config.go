@@ -56,6 +56,30 @@ type NICResource struct {
 	// SharesPerNIC is how many pods may hold one NIC at a time, each with
 	// its own service. Default 1 (a NIC is exclusive to one container).
 	SharesPerNIC int `json:"sharesPerNIC"`
+	// HSNInterface puts an interface on the pod's NIC's hsn netdev into
+	// the pod's network namespace, for TCP/IP on the high-speed network
+	// without Multus. Off by default.
+	HSNInterface HSNInterface `json:"hsnInterface"`
+}
+
+// HSNInterface configures the hsn interface the agent adds to the pods
+// of a resource at PreStart and removes at pod exit: a macvlan or ipvlan
+// child of the hsn netdev of the pod's NIC (matched by PCI address), with
+// an address from the node's slices of Pool. A pod may name another pool,
+// a subnet, a fixed address, the netdev or the interface name in its
+// slingshot.hpe.com/network annotation.
+type HSNInterface struct {
+	Enabled bool `json:"enabled"`
+	// Mode is "macvlan" (bridge mode, the default) or "ipvlan" (L2 mode,
+	// one MAC address per port).
+	Mode string `json:"mode"`
+	// Name is the interface's name in the pod. Default hsn0.
+	Name string `json:"name"`
+	// Pool is the controller's IP pool the address comes from. Default
+	// hsn0, the name --ip-pools gives in its example.
+	Pool string `json:"pool"`
+	// MTU of the interface; 0 keeps the parent's.
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Limit is the max and reserved count of one CXI resource type.
@@ -151,7 +175,8 @@ func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String()
 func Default() Config {
 	enabled := true
 	return Config{
-		NICResource:    NICResource{Name: "hpe.com/cxi", SharesPerNIC: 1},
+		NICResource: NICResource{Name: "hpe.com/cxi", SharesPerNIC: 1,
+			HSNInterface: HSNInterface{Mode: "macvlan", Name: "hsn0", Pool: "hsn0"}},
 		TrafficClasses: []string{"LOW_LATENCY", "BEST_EFFORT"},
 		Cleanup: Cleanup{
 			BusyRetries:     5,
@@ -222,6 +247,7 @@ func (c *Config) Validate() error {
 	if c.NICResource.SharesPerNIC < 1 || c.NICResource.SharesPerNIC > 256 {
 		bad("nicResource.sharesPerNIC", "%d is outside 1..256", c.NICResource.SharesPerNIC)
 	}
+	errs = append(errs, validateHSN(&c.NICResource.HSNInterface, "nicResource.hsnInterface")...)
 	if len(c.TrafficClasses) == 0 {
 		bad("trafficClasses", "at least one is needed")
 	}
@@ -268,6 +294,31 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, validateGPU(&c.GPU)...)
 	return errors.Join(errs...)
+}
+
+var (
+	ifName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`)
+	poolName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+func validateHSN(h *HSNInterface, field string) []error {
+	var errs []error
+	bad := func(sub, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s.%s: %s", ErrInvalid, field, sub, fmt.Sprintf(format, args...)))
+	}
+	if h.Mode != "macvlan" && h.Mode != "ipvlan" {
+		bad("mode", "%q is not macvlan or ipvlan", h.Mode)
+	}
+	if !ifName.MatchString(h.Name) {
+		bad("name", "%q is not an interface name (1-15 letters, digits, '_', '.', '-')", h.Name)
+	}
+	if !poolName.MatchString(h.Pool) {
+		bad("pool", "%q is not an ip pool name (a DNS label, as --ip-pools names pools)", h.Pool)
+	}
+	if h.MTU < 0 || h.MTU > 65535 {
+		bad("mtu", "%d is outside 0..65535", h.MTU)
+	}
+	return errs
 }
 
 func validateGPU(g *GPU) []error {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
 )
 
 // Path is the agent's HTTP path that serves the report.
@@ -31,6 +33,9 @@ type Report struct {
 	Units []Unit `json:"units,omitempty"`
 	// PodVNIPool is the local pod-scoped VNI pool's fill, if any.
 	PodVNIPool *Pool `json:"podVNIPool,omitempty"`
+	// IPAM is the node's addresses on the high-speed network: its slices
+	// of each IP pool and every address handed out.
+	IPAM *ipam.Snapshot `json:"ipam,omitempty"`
 }
 
 // NIC is one Slingshot NIC.
@@ -69,6 +74,8 @@ type Pod struct {
 	Scope     string   `json:"scope"`
 	NICs      []string `json:"nics"`
 	State     string   `json:"state"` // "running", "cleaning up"
+	// HSN is the pod's hsn interface, "hsn0 10.150.3.7/16 on hsn0".
+	HSN string `json:"hsn,omitempty"`
 }
 
 // Unit is one GPU machine-type unit.
@@ -158,10 +165,10 @@ func WriteTable(w io.Writer, r *Report) error {
 			strings.Join(s.Members, ","), orDash(s.Pod))
 	}
 
-	fmt.Fprintln(tw, "\nPOD\tUID\tVNI\tSCOPE\tNICS\tSTATE")
+	fmt.Fprintln(tw, "\nPOD\tUID\tVNI\tSCOPE\tNICS\tHSN\tSTATE")
 	for _, p := range r.Pods {
-		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\t%s\t%s\n", p.Namespace, p.Name, orDash(p.UID), p.VNI, p.Scope,
-			strings.Join(p.NICs, ","), p.State)
+		fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, orDash(p.UID), p.VNI, p.Scope,
+			strings.Join(p.NICs, ","), orDash(p.HSN), p.State)
 	}
 	if len(r.Units) > 0 {
 		fmt.Fprintln(tw, "\nMACHINE TYPE\tUNIT\tGPUS\tNICS\tNUMA\tHEALTH\tALLOCATED")
@@ -177,7 +184,31 @@ func WriteTable(w io.Writer, r *Report) error {
 	if r.PodVNIPool != nil {
 		fmt.Fprintf(tw, "\nLocal pod VNI pool: %d free of %d\n", r.PodVNIPool.Free, r.PodVNIPool.Total)
 	}
+	if r.IPAM != nil {
+		writeIPAM(tw, r.IPAM)
+	}
 	return tw.Flush()
+}
+
+// writeIPAM prints the node's IP pools, slices and addresses.
+func writeIPAM(w io.Writer, s *ipam.Snapshot) {
+	fmt.Fprintln(w, "\nIP POOL\tPREFIX\tSLICE\tSLICE PREFIX\tUSED\tFILL\tSTATE")
+	for _, p := range s.Pools {
+		if len(p.Slices) == 0 {
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t0\t-\tno slice held\n", p.Name, p.Prefix)
+		}
+		for _, sl := range p.Slices {
+			state := "open"
+			if sl.Returning {
+				state = "returning"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%.0f%%\t%s\n", p.Name, p.Prefix, sl.Index, sl.Prefix, sl.Used, 100*sl.Fill, state)
+		}
+	}
+	fmt.Fprintln(w, "\nADDRESS\tPOOL\tOWNER\tPOD\tSINCE")
+	for _, a := range s.Allocations {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", a.Address, a.Pool, a.Owner, orDash(a.Pod), a.Since.UTC().Format(time.RFC3339))
+	}
 }
 
 func orDash(s string) string {

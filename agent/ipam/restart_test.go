@@ -96,7 +96,6 @@ func TestRestartInTheMiddleOfAddsHandsNothingOutTwice(t *testing.T) {
 	}
 }
 
-
 func TestStateFileIsCheckedOnLoad(t *testing.T) {
 	tests := []struct{ name, body, errHas string }{
 		{"corrupt", `{"version":1,`, "corrupt"},
@@ -204,4 +203,3 @@ func checkNodes(t *testing.T, step int, ctl *ipamtest.Controller, nodes []*node,
 		}
 	}
 }
-

@@ -35,7 +35,7 @@ type sliceRecord struct {
 // Allocation is one address handed out.
 type Allocation struct {
 	// Owner keys the allocation: "cni/<container>/<ifname>" or
-	// "pod/<namespace>/<name>/<ifname>".
+	// "pod/<uid>/<ifname>".
 	Owner string `json:"owner"`
 	// Network is the CNI network's name; empty for the agent's own hsn
 	// interfaces, which CNI GC never touches.

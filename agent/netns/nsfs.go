@@ -44,6 +44,16 @@ func (h *Handle) Inode() uint32 {
 	return h.ino
 }
 
+// Fd returns the held descriptor, for calls that act in the namespace
+// (package hsnlink), or ^uintptr(0) once closed, as [os.File.Fd] does. A
+// nil Handle holds none.
+func (h *Handle) Fd() uintptr {
+	if h == nil || h.f == nil {
+		return ^uintptr(0)
+	}
+	return h.f.Fd()
+}
+
 // Close releases the namespace. It is idempotent: a second Close, or one
 // of a nil Handle, returns nil.
 func (h *Handle) Close() error {

@@ -1,0 +1,263 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/agent/podwatch"
+	"github.com/slingshot-k8s/slingshot/internal/netreq"
+)
+
+// addressAllocator is what the pod path needs of the node's IPAM;
+// *ipam.Allocator is one.
+type addressAllocator interface {
+	Allocate(ctx context.Context, req ipam.Request) (ipam.Allocation, netip.Prefix, error)
+	Release(owner string) (bool, error)
+	Owners(prefix string) []string
+}
+
+// hsnLinker puts a pod's hsn interface into the namespace the agent holds
+// and takes it out again; netlinkHSN is one.
+type hsnLinker interface {
+	Attach(ns nsHandle, s hsnlink.Spec) error
+	Detach(ns nsHandle, name string) error
+}
+
+// netlinkHSN is package hsnlink over the held namespace's descriptor.
+type netlinkHSN struct{}
+
+func (netlinkHSN) Attach(h nsHandle, s hsnlink.Spec) error {
+	ns, err := nsDescriptor(h)
+	if err != nil {
+		return err
+	}
+	return hsnlink.Attach(ns, s)
+}
+
+func (netlinkHSN) Detach(h nsHandle, name string) error {
+	ns, err := nsDescriptor(h)
+	if err != nil {
+		return err
+	}
+	return hsnlink.Detach(ns, name)
+}
+
+func nsDescriptor(h nsHandle) (hsnlink.Namespace, error) {
+	ns, ok := h.(hsnlink.Namespace)
+	if !ok {
+		return nil, fmt.Errorf("network namespace %d is held without a descriptor", h.Inode())
+	}
+	return ns, nil
+}
+
+// hsnPolicy is a resource's hsn interface configuration.
+type hsnPolicy struct {
+	mode hsnlink.Mode
+	name string
+	pool string
+	mtu  int
+}
+
+// hsnOwnerPrefix keys the addresses of a pod's hsn interfaces at the
+// allocator: "pod/<uid>/", then the interface name.
+func hsnOwnerPrefix(uid string) string { return "pod/" + uid + "/" }
+
+// ensureHSN gives the pod an interface on its NIC's hsn netdev when the
+// resource asks for one: it parses the pod's network request, allocates
+// the address (recorded before it is handed out), records the interface
+// and attaches it in the pod's namespace, held by h. Idempotent: a
+// restarted container finds the same address and interface.
+func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwatch.Pod, nics []*nic, h nsHandle) error {
+	hp, ok := b.policy().hsn[resource]
+	if !ok {
+		return nil
+	}
+	if b.addrs == nil {
+		return fmt.Errorf("hsn interface for %s: the agent has no address allocator", key)
+	}
+	if h == nil {
+		return fmt.Errorf("hsn interface for %s: the pod's network namespace is not known (a fallback UID/GID member has none)", key)
+	}
+	entry, _ := b.store.Get(key)
+	link := entry.HSN
+	if old := b.ns.get(key); link != nil && old != nil && old.Inode() != h.Inode() {
+		// The sandbox was recreated: its old namespace, still held until
+		// this bind ends, must not carry the address beside the new one.
+		if err := b.linker.Detach(old, link.Name); err != nil {
+			b.logger.Warn("remove the hsn interface from a pod's old namespace", "pod", key, "err", err)
+		}
+	}
+	if link == nil {
+		var err error
+		if link, err = b.allocateHSN(ctx, entry, pod, hp, nics); err != nil {
+			return err
+		}
+		b.update(key, func(p *checkpoint.Pod) { p.HSN = link })
+		if err := b.save(); err != nil {
+			return err
+		}
+	}
+	if err := b.linker.Attach(h, specOf(link)); err != nil {
+		b.metrics.hsnErrors.WithLabelValues("attach").Inc()
+		return fmt.Errorf("hsn interface for %s: %w", key, err)
+	}
+	return nil
+}
+
+// allocateHSN chooses the pod's hsn netdev, interface name and address.
+func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Pod, pod *podwatch.Pod, hp hsnPolicy, nics []*nic) (*checkpoint.HSNLink, error) {
+	key := entry.Key()
+	var want netreq.Request
+	if entry.Network != "" {
+		var err error
+		if want, err = netreq.Parse(entry.Network); err != nil {
+			return nil, fmt.Errorf("pod %s, annotation %s: %w", key, netreq.Annotation, err)
+		}
+	}
+	parent, err := hsnParent(nics, want.NetDev)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", key, err)
+	}
+	name := hp.name
+	if want.Interface != "" {
+		name = want.Interface
+	}
+	pool := hp.pool
+	if want.Pool != "" {
+		pool = "" // the pod's own pool; the allocator checks it exists
+	}
+	owner := hsnOwnerPrefix(pod.UID) + name
+	al, pfx, err := b.addrs.Allocate(ctx, ipam.Request{Owner: owner, Pool: pool, Pod: key, Want: want})
+	if err != nil {
+		b.metrics.hsnErrors.WithLabelValues("allocate").Inc()
+		return nil, fmt.Errorf("hsn address for %s: %w", key, err)
+	}
+	b.logger.Info("hsn address allocated", "pod", key, "pool", al.Pool, "address", pfx, "parent", parent, "interface", name)
+	return &checkpoint.HSNLink{Name: name, Parent: parent, Mode: hp.mode.String(), Address: pfx, Owner: owner, MTU: hp.mtu}, nil
+}
+
+// specOf is the interface a record describes.
+func specOf(l *checkpoint.HSNLink) hsnlink.Spec {
+	return hsnlink.Spec{Parent: l.Parent, Name: l.Name, Mode: modeOf(l.Mode), Address: l.Address, MTU: l.MTU}
+}
+
+// hsnParent is the hsn netdev the interface sits on: the one the pod
+// asks for, which must be one of its NICs', else its first NIC's.
+func hsnParent(nics []*nic, want string) (string, error) {
+	var have []string
+	for _, n := range nics {
+		if n.netdev == "" {
+			continue
+		}
+		if want == "" || n.netdev == want {
+			return n.netdev, nil
+		}
+		have = append(have, n.name+" ("+n.netdev+")")
+	}
+	if want != "" {
+		return "", fmt.Errorf("the pod asks for netdev %s, which none of its NICs has: %s", want, strings.Join(have, ", "))
+	}
+	return "", fmt.Errorf("none of its NICs (%s) has an hsn netdev", strings.Join(nicNames(nics), ", "))
+}
+
+func modeOf(s string) hsnlink.Mode {
+	if s == hsnlink.IPVLAN.String() {
+		return hsnlink.IPVLAN
+	}
+	return hsnlink.Macvlan
+}
+
+// dropHSN takes the pod's hsn interface out of its namespace h, where that
+// is still held (nil: not held), then releases its addresses; the interface goes first,
+// so that the address is never handed out while an interface carries it.
+// It reports whether nothing of it is left.
+func (b *binder) dropHSN(key string, h nsHandle) bool {
+	entry, ok := b.store.Get(key)
+	if !ok || b.addrs == nil {
+		return true
+	}
+	if link := entry.HSN; link != nil {
+		if h != nil {
+			if err := b.linker.Detach(h, link.Name); err != nil {
+				if !errors.Is(err, hsnlink.ErrMismatch) {
+					b.metrics.hsnErrors.WithLabelValues("detach").Inc()
+					b.logger.Warn("remove a pod's hsn interface; will retry", "pod", key, "interface", link.Name, "err", err)
+					return false
+				}
+				// Another kind of link took the name: not ours to delete,
+				// and it does not carry our address.
+				b.logger.Warn("the pod's hsn interface name is another link's; leaving it", "pod", key, "err", err)
+			}
+		}
+	}
+	// Every address of the pod: the recorded one, and one a bind that
+	// crashed before recording it may have left.
+	owners := []string{}
+	if entry.UID != "" {
+		owners = b.addrs.Owners(hsnOwnerPrefix(entry.UID))
+	}
+	if entry.HSN != nil && !slices.Contains(owners, entry.HSN.Owner) {
+		owners = append(owners, entry.HSN.Owner)
+	}
+	for _, owner := range owners {
+		if _, err := b.addrs.Release(owner); err != nil {
+			b.metrics.hsnErrors.WithLabelValues("release").Inc()
+			b.logger.Warn("release a pod's hsn address; will retry", "pod", key, "owner", owner, "err", err)
+			return false
+		}
+	}
+	if entry.HSN != nil {
+		b.update(key, func(p *checkpoint.Pod) { p.HSN = nil })
+	}
+	return true
+}
+
+// reconcileHSN runs at start, after the live pods' namespaces are held
+// again: it attaches again the interfaces of live pods (idempotent; a
+// namespace that lost its interface gets it back), and releases the
+// addresses of pods the record no longer has, left by a bind that crashed
+// between allocating and recording.
+func (b *binder) reconcileHSN() {
+	if b.addrs == nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, entry := range b.store.Pods() {
+		if entry.HSN == nil {
+			continue
+		}
+		live[entry.HSN.Owner] = true
+		h := b.ns.get(entry.Key())
+		if h == nil || entry.Exited != nil {
+			continue
+		}
+		if err := b.linker.Attach(h, specOf(entry.HSN)); err != nil {
+			b.metrics.hsnErrors.WithLabelValues("attach").Inc()
+			b.logger.Warn("a live pod's hsn interface could not be restored", "pod", entry.Key(), "err", err)
+		}
+	}
+	recorded := map[string]bool{}
+	for _, entry := range b.store.Pods() {
+		if entry.UID != "" {
+			recorded[entry.UID] = true
+		}
+	}
+	for _, owner := range b.addrs.Owners("pod/") {
+		uid, _, _ := strings.Cut(strings.TrimPrefix(owner, "pod/"), "/")
+		if live[owner] || recorded[uid] {
+			continue
+		}
+		if _, err := b.addrs.Release(owner); err != nil {
+			b.logger.Warn("release the hsn address of an unrecorded pod", "owner", owner, "err", err)
+			continue
+		}
+		b.logger.Info("released the hsn address of a bind that did not finish", "owner", owner)
+	}
+}

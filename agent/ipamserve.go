@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
+)
+
+// IPAMStateName is the allocator's state file in the state directory.
+const IPAMStateName = "ipam.json"
+
+// buildIPAM makes the node's address allocator over the controller's IP
+// slices, hands it to the pod path and the heartbeat, and listens on the
+// slingshot-ipam plugin's socket.
+func (a *parts) buildIPAM(context.Context) error {
+	alloc, err := ipam.New(ipam.Options{
+		StatePath:  filepath.Join(a.opts.StateDir, IPAMStateName),
+		Slicer:     ipSlicer{a.client.Client},
+		Logger:     a.logger.With("component", "ipam"),
+		Registerer: a.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("ip address allocator (its state file records addresses in use: check it before moving it aside): %w", err)
+	}
+	a.ipam = alloc
+	a.client.SetSliceHolder(sliceHolder{alloc})
+	a.b.addrs = alloc
+	a.b.linker = netlinkHSN{}
+	if a.opts.IPAMSocket == "" {
+		return nil
+	}
+	lis, err := listenUnix(a.opts.IPAMSocket)
+	if err != nil {
+		return fmt.Errorf("--ipam-socket: %w", err)
+	}
+	a.ipamLis = lis
+	a.closers = append(a.closers, lis)
+	a.ipamSrv = newHTTPServer(alloc.Handler())
+	return nil
+}
+
+// listenUnix listens on a unix socket at path, replacing the socket a
+// previous agent left, but never another kind of file. Only root may
+// connect: the CNI plugin runs as the runtime, root.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	switch fi, err := os.Lstat(path); {
+	case err == nil && fi.Mode().Type() == fs.ModeSocket:
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	case err == nil:
+		return nil, fmt.Errorf("%s exists and is not a socket", path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
+	return lis, nil
+}
+
+// runIPAM keeps the allocator's pools warm and serves the plugin's socket
+// until ctx ends.
+func (a *parts) runIPAM(ctx context.Context) error {
+	if a.ipamSrv == nil {
+		return a.ipam.Run(ctx)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if err := a.ipamSrv.Serve(a.ipamLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("ipam socket: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	a.logger.Info("serving the slingshot-ipam plugin", "socket", a.opts.IPAMSocket)
+	runErr := a.ipam.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	shutErr := a.ipamSrv.Shutdown(sctx)
+	return errors.Join(runErr, shutErr, <-errc)
+}
