@@ -142,7 +142,7 @@ func TestRenderHSNInterface(t *testing.T) {
 		{name: "on", values: map[string]any{"agent": map[string]any{"hsnInterface": map[string]any{"enabled": true}}, "controller": pools},
 			want: map[string]any{"enabled": true, "mode": "macvlan", "name": "hsn0", "pool": "hsn0"}},
 		{name: "every field", values: map[string]any{
-			"agent": map[string]any{"hsnInterface": map[string]any{"enabled": true, "mode": "ipvlan", "name": "net1", "pool": "fabric", "mtu": 9000}},
+			"agent":      map[string]any{"hsnInterface": map[string]any{"enabled": true, "mode": "ipvlan", "name": "net1", "pool": "fabric", "mtu": 9000}},
 			"controller": map[string]any{"ipPools": "hsn0=10.150.0.0/16:/24, fabric=fd00::/48:/64"}},
 			want: map[string]any{"enabled": true, "mode": "ipvlan", "name": "net1", "pool": "fabric", "mtu": float64(9000)}},
 		{name: "embedded controller: pools not checked", values: map[string]any{

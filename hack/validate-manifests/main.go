@@ -12,11 +12,16 @@
 //   - CRDs with the API server's CRD validation, and custom resources
 //     against their CRD's schema (kube-openapi validation, pruning for
 //     unknown fields, CEL rules): the project's CRDs, Prometheus Operator's
-//     ServiceMonitor CRD (from its Go module) and a schema of
-//     Metacontroller's DecoratorController (schemas/);
+//     ServiceMonitor CRD and the Network Plumbing Working Group's
+//     NetworkAttachmentDefinition CRD (Multus; both from their Go modules)
+//     and a schema of Metacontroller's DecoratorController (schemas/);
 //   - every object's metadata with the API machinery's ObjectMeta rules;
 //   - the agent's configuration file in the ConfigMap with the agent's own
-//     parser.
+//     parser;
+//   - what the examples ask of the high-speed network with the project's
+//     parsers: slingshot-ipam's network configurations, and pods' requests
+//     in slingshot.hpe.com/network or their Multus selections' cni-args
+//     (CheckNetworks).
 //
 // It also checks that the generated files (the plain manifests, default
 // and highly available, the chart's crds/, the copies in deploy/crds of the controller store's CRDs
@@ -54,6 +59,8 @@ func main() {
 // read from their Go modules in the module cache.
 var upstreamCRDs = []struct{ module, file string }{
 	{"github.com/prometheus-operator/prometheus-operator@v0.85.0", "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"},
+	// The examples' Multus network of the slingshot-ipam CNI plugin.
+	{"github.com/k8snetworkplumbingwg/network-attachment-definition-client@v1.7.7", "artifacts/networks-crd.yaml"},
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -179,6 +186,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			if dir == manifestsDir || dir == haManifestsDir {
 				r.consistency(filepath.Join(dir, f.name), objs, nil)
+			}
+			for _, err := range CheckNetworks(objs) {
+				r.fail("%s/%s: %v", dir, f.name, err)
 			}
 		}
 	}

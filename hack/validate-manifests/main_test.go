@@ -49,12 +49,15 @@ func testValidator(t *testing.T) *Validator {
 		}
 		paths, _ := filepath.Glob("../../deploy/crds/*.yaml")
 		own, _ := filepath.Glob("schemas/*.yaml")
-		sm, err := moduleDir(upstreamCRDs[0].module)
-		if err != nil {
-			loadError = err
-			return
+		paths = append(paths, own...)
+		for _, u := range upstreamCRDs {
+			dir, err := moduleDir(u.module)
+			if err != nil {
+				loadError = err
+				return
+			}
+			paths = append(paths, filepath.Join(dir, u.file))
 		}
-		paths = append(append(paths, own...), filepath.Join(sm, upstreamCRDs[0].file))
 		for _, p := range paths {
 			data, err := os.ReadFile(p)
 			if err != nil {
