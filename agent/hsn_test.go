@@ -1,0 +1,324 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/agent/ipam/ipamtest"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// fakeLinker stands for package hsnlink: the interfaces it holds, by
+// namespace inode and name.
+type fakeLinker struct {
+	mu         sync.Mutex
+	links      map[uint32]map[string]hsnlink.Spec
+	failAttach error
+	attaches   int
+}
+
+func newFakeLinker() *fakeLinker { return &fakeLinker{links: map[uint32]map[string]hsnlink.Spec{}} }
+
+func (l *fakeLinker) Attach(h nsHandle, s hsnlink.Spec) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.attaches++
+	if l.failAttach != nil {
+		return l.failAttach
+	}
+	if s.Name == "" {
+		s.Name = hsnlink.DefaultName
+	}
+	in := l.links[h.Inode()]
+	if in == nil {
+		in = map[string]hsnlink.Spec{}
+		l.links[h.Inode()] = in
+	}
+	if old, ok := in[s.Name]; ok && old != s {
+		return hsnlink.ErrMismatch
+	}
+	in[s.Name] = s
+	return nil
+}
+
+func (l *fakeLinker) Detach(h nsHandle, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.links[h.Inode()], name)
+	return nil
+}
+
+// in returns the interface name in namespace ino, and whether it is there.
+func (l *fakeLinker) in(ino uint32, name string) (hsnlink.Spec, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.links[ino][name]
+	return s, ok
+}
+
+// networkLeaser answers every lease with the pod's network request, as
+// the controller passes its annotation on.
+type networkLeaser struct {
+	*fakeLeaser
+	network map[string]string // pod name → annotation
+}
+
+func (l networkLeaser) AcquireJobVNI(ctx context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
+	lease, err := l.fakeLeaser.AcquireJobVNI(ctx, p)
+	lease.NetworkRequest = l.network[p.Name]
+	return lease, err
+}
+
+var hsnPool = ipam.Pool{Name: "hsn0", Prefix: netip.MustParsePrefix("10.150.0.0/16"), SliceBits: 24}
+
+// hsnRig is a rig whose NICs have hsn netdevs and whose NIC resource puts
+// an hsn interface in its pods, with a real allocator over a controller
+// stand-in.
+type hsnRig struct {
+	*rig
+	linker  *fakeLinker
+	ctl     *ipamtest.Controller
+	addrs   *ipam.Allocator
+	network map[string]string
+}
+
+func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
+	t.Helper()
+	dir := t.TempDir()
+	r := newRig(t, dir, nil, netns)
+	h := &hsnRig{rig: r, linker: newFakeLinker(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
+	r.b.nics["cxi0"].netdev = "hsn0"
+	r.b.nics["cxi1"].netdev = "hsn1"
+	r.b.leaser = networkLeaser{fakeLeaser: r.leaser, network: h.network}
+	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
+	r.b.addrs = h.addrs
+	r.b.linker = h.linker
+	r.b.setPolicy(policy{tcs: r.b.policy().tcs, hsn: map[string]hsnPolicy{res: {mode: hsnlink.Macvlan, name: "hsn0", pool: "hsn0"}}})
+	return h
+}
+
+// startAllocator runs an allocator until the test ends, once it knows
+// its pools.
+func startAllocator(t *testing.T, s ipam.Slicer, state string) *ipam.Allocator {
+	t.Helper()
+	a, err := ipam.New(ipam.Options{StatePath: state, Slicer: s, LowWater: 4, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// Run's first pass learns the pools and leases a slice; an allocation
+	// before it would wait on that pass's controller calls anyway.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.Inspect().Pools) == 0 || len(a.Inspect().Pools[0].Slices) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("allocator learned no pool and leased no slice within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return a
+}
+
+// owners are the allocator's owners of pod addresses.
+func (h *hsnRig) owners() []string { return h.addrs.Owners("pod/") }
+
+func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	spec, ok := h.linker.in(4026532001, "hsn0")
+	if !ok {
+		t.Fatal("no hsn0 in the pod's namespace")
+	}
+	slice := h.ctl.Held("hsn0", "n1")
+	if spec.Parent != "hsn0" || spec.Mode != hsnlink.Macvlan || spec.Address.Bits() != 16 ||
+		len(slice) == 0 || !slice[0].Prefix.Contains(spec.Address.Addr()) {
+		t.Fatalf("interface %+v, want a macvlan on hsn0 with a /16 address of the node's slice %v", spec, slice)
+	}
+	entry, _ := h.b.store.Get("ns/a")
+	if entry.HSN == nil || entry.HSN.Address != spec.Address || entry.HSN.Owner != "pod/uid-a/hsn0" {
+		t.Fatalf("record %+v, want the interface and its owner", entry.HSN)
+	}
+	// A container restart finds the same address and interface.
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := h.linker.in(4026532001, "hsn0"); again != spec || len(h.owners()) != 1 {
+		t.Fatalf("after a container restart: %+v and owners %v, want %+v and one owner", again, h.owners(), spec)
+	}
+
+	h.pods.set()
+	if !h.b.cleanupLocked(t.Context(), "ns/a") {
+		t.Fatal("cleanup did not finish")
+	}
+	if _, ok := h.linker.in(4026532001, "hsn0"); ok {
+		t.Fatal("hsn0 still in the pod's namespace after cleanup")
+	}
+	if o := h.owners(); len(o) != 0 {
+		t.Fatalf("addresses still allocated after cleanup: %v", o)
+	}
+}
+
+func TestHSNInterfaceOffByDefault(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+	h.b.setPolicy(policyFrom(config.Default()))
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	if h.linker.attaches != 0 || len(h.owners()) != 0 {
+		t.Fatalf("default configuration attached %d interfaces, allocated %v", h.linker.attaches, h.owners())
+	}
+}
+
+func TestHSNNetworkRequest(t *testing.T) {
+	cases := []struct {
+		name, network string
+		ids           []string
+		wantAddr      string // the address asked for
+		wantParent    string
+		wantIface     string
+		wantErr       []string // the error names these
+	}{
+		{name: "fixed address", network: `{"ip":"10.150.7.9"}`, ids: []string{dev0}, wantAddr: "10.150.7.9/16", wantParent: "hsn0", wantIface: "hsn0"},
+		{name: "second NIC's netdev and own name", network: `{"netdev":"hsn1","interface":"fabric"}`, ids: []string{dev0, dev1}, wantParent: "hsn1", wantIface: "fabric"},
+		{name: "subnet", network: `{"subnet":"10.150.9.0/28"}`, ids: []string{dev0}, wantParent: "hsn0", wantIface: "hsn0"},
+		{name: "address outside the pool", network: `{"ip":"10.151.0.1"}`, ids: []string{dev0}, wantErr: []string{"10.151.0.1", "10.150.0.0/16"}},
+		{name: "unknown pool", network: `{"pool":"storage"}`, ids: []string{dev0}, wantErr: []string{`"storage"`, "hsn0"}},
+		{name: "netdev of no NIC of the pod", network: `{"netdev":"hsn1"}`, ids: []string{dev0}, wantErr: []string{"hsn1", "cxi0 (hsn0)"}},
+		{name: "annotation not JSON", network: `ip=10.150.0.1`, ids: []string{dev0}, wantErr: []string{"slingshot.hpe.com/network"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+			h.network["a"] = tc.network
+			h.pods.set(pod("ns", "a", "uid-a", "main", tc.ids...))
+			err := h.b.PreStart(t.Context(), res, tc.ids)
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatal("PreStart succeeded, want an error")
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not name %q", err, w)
+					}
+				}
+				// Nothing is left of the failed bind.
+				if _, ok := h.b.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
+					t.Fatalf("a failed bind left a record, addresses %v, services or a lease %v", h.owners(), h.leaser.held)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, ok := h.linker.in(4026532001, tc.wantIface)
+			if !ok || spec.Parent != tc.wantParent {
+				t.Fatalf("interface %s = %+v (present %v), want one on %s", tc.wantIface, spec, ok, tc.wantParent)
+			}
+			if tc.wantAddr != "" && spec.Address.String() != tc.wantAddr {
+				t.Fatalf("address %s, want %s", spec.Address, tc.wantAddr)
+			}
+			if tc.name == "subnet" && !netip.MustParsePrefix("10.150.9.0/28").Contains(spec.Address.Addr()) {
+				t.Fatalf("address %s outside the subnet asked for", spec.Address)
+			}
+		})
+	}
+}
+
+func TestHSNFixedAddressTaken(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
+	h.network["a"] = `{"ip":"10.150.7.9"}`
+	h.network["b"] = `{"ip":"10.150.7.9"}`
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0), pod("ns", "b", "uid-b", "main", dev1))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	err := h.b.PreStart(t.Context(), res, []string{dev1})
+	if !errors.Is(err, ipam.ErrAddressTaken) || !strings.Contains(err.Error(), "10.150.7.9") || !strings.Contains(err.Error(), "pod/uid-a/hsn0") {
+		t.Fatalf("second pod's PreStart = %v, want the address taken, naming it and its holder", err)
+	}
+	// The slice of another node is refused as taken too.
+	h.ctl.Take("hsn0", 200, "n2")
+	h.network["b"] = `{"ip":"10.150.200.1"}`
+	err = h.b.PreStart(t.Context(), res, []string{dev1})
+	if !errors.Is(err, ipam.ErrAddressTaken) || !strings.Contains(err.Error(), "n2") {
+		t.Fatalf("PreStart for an address of another node's slice = %v, want it taken by n2", err)
+	}
+}
+
+func TestHSNAttachFailureLeavesNothing(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+	h.linker.failAttach = errors.New("parent hsn0 not found")
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	err := h.b.PreStart(t.Context(), res, []string{dev0})
+	if err == nil || !strings.Contains(err.Error(), "parent hsn0 not found") {
+		t.Fatalf("PreStart = %v, want the attach error", err)
+	}
+	if _, ok := h.b.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
+		t.Fatalf("a failed attach left a record, addresses %v, services or a lease %v", h.owners(), h.leaser.held)
+	}
+	// The next try, once the parent is there, succeeds.
+	h.linker.failAttach = nil
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.linker.in(4026532001, "hsn0"); !ok {
+		t.Fatal("no interface after the retry")
+	}
+}
+
+func TestHSNFallbackMemberRefused(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{})
+	p := h.b.policy()
+	p.fallback = &cxi.Member{Type: cxi.MemberUID, ID: 1000}
+	h.b.setPolicy(p)
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	err := h.b.PreStart(t.Context(), res, []string{dev0})
+	if err == nil || !strings.Contains(err.Error(), "network namespace is not known") {
+		t.Fatalf("PreStart = %v, want a refusal: an hsn interface needs the pod's namespace", err)
+	}
+	if len(h.owners()) != 0 {
+		t.Fatalf("addresses %v allocated for a refused bind", h.owners())
+	}
+}
+
+func TestHSNReconcile(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := h.linker.in(4026532001, "hsn0")
+	// A bind that crashed between allocating and recording left an
+	// address for a pod the record does not have.
+	if _, _, err := h.addrs.Allocate(t.Context(), ipam.Request{Owner: "pod/uid-crashed/hsn0", Pool: "hsn0"}); err != nil {
+		t.Fatal(err)
+	}
+	// The live pod's interface went missing while the agent was down.
+	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
+	h.b.ns.closeAll()
+
+	if _, err := h.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := h.linker.in(4026532001, "hsn0"); !ok || got != spec {
+		t.Fatalf("live pod's interface after reconcile = %+v (present %v), want %+v", got, ok, spec)
+	}
+	if o := h.owners(); len(o) != 1 || o[0] != "pod/uid-a/hsn0" {
+		t.Fatalf("owners after reconcile = %v, want only the live pod's", o)
+	}
+}
