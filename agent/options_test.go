@@ -43,6 +43,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"cri socket relative", func(o *Options) { o.CRISocket = "run/containerd/containerd.sock" }, "--cri-socket"},
 		{"cri socket", func(o *Options) { o.CRISocket = "/run/k3s/containerd/containerd.sock" }, ""},
 		{"cri none", func(o *Options) { o.CRISocket = CRINone }, ""},
+		{"ipam socket relative", func(o *Options) { o.IPAMSocket = "run/ipam.sock" }, "--ipam-socket"},
+		{"ipam socket too long", func(o *Options) { o.IPAMSocket = "/" + strings.Repeat("s", 107) }, "at most 107 bytes"},
+		{"ipam socket off", func(o *Options) { o.IPAMSocket = "" }, ""},
 		{"log level", func(o *Options) { o.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 	}

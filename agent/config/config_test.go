@@ -76,6 +76,22 @@ gpu:
 		{name: "unknown field", yaml: "nicResorce: {}", wantErr: "unknown field"},
 		{name: "bad resource name", yaml: "nicResource: {name: cxi}", wantErr: "nicResource.name"},
 		{name: "shares zero", yaml: "nicResource: {sharesPerNIC: 0}", wantErr: "sharesPerNIC"},
+		{name: "hsn interface", yaml: "nicResource: {hsnInterface: {enabled: true, mode: ipvlan, name: fabric0, pool: storage, mtu: 9000}}", check: func(t *testing.T, c Config) {
+			want := HSNInterface{Enabled: true, Mode: "ipvlan", Name: "fabric0", Pool: "storage", MTU: 9000}
+			if c.NICResource.HSNInterface != want {
+				t.Errorf("hsnInterface = %+v, want %+v", c.NICResource.HSNInterface, want)
+			}
+		}},
+		{name: "hsn interface defaults", yaml: "nicResource: {hsnInterface: {enabled: true}}", check: func(t *testing.T, c Config) {
+			want := HSNInterface{Enabled: true, Mode: "macvlan", Name: "hsn0", Pool: "hsn0"}
+			if c.NICResource.HSNInterface != want {
+				t.Errorf("hsnInterface = %+v, want %+v", c.NICResource.HSNInterface, want)
+			}
+		}},
+		{name: "hsn mode", yaml: "nicResource: {hsnInterface: {mode: bridge}}", wantErr: `nicResource.hsnInterface.mode: "bridge"`},
+		{name: "hsn name too long", yaml: "nicResource: {hsnInterface: {name: averyveryverylongname}}", wantErr: "nicResource.hsnInterface.name"},
+		{name: "hsn pool", yaml: "nicResource: {hsnInterface: {pool: Hsn_0}}", wantErr: "nicResource.hsnInterface.pool"},
+		{name: "hsn mtu", yaml: "nicResource: {hsnInterface: {mtu: -1}}", wantErr: "nicResource.hsnInterface.mtu"},
 		{name: "unknown traffic class", yaml: "trafficClasses: [FAST]", wantErr: `unknown class "FAST"`},
 		{name: "no traffic class", yaml: "trafficClasses: []", wantErr: "at least one"},
 		{name: "res over max", yaml: "limits: {EQs: {max: 1, res: 2}}", wantErr: "limits.EQs"},

@@ -267,6 +267,8 @@ func (n *Node) StartAgent(extra ...string) *Agent {
 		"--kubelet-dir", n.KubeDir, "--sysfs-root", n.Truth.SysRoot, "--dev-root", n.Truth.DevRoot,
 		"--proc-root", n.ProcDir, "--state-dir", n.StateDir, "--cxi-driver", "sim",
 		"--node-name", n.Name, "--metrics-addr", "127.0.0.1:0", "--config", n.Config,
+		// Under the node's own root, never the host's /run.
+		"--ipam-socket", filepath.Join(n.Dir, "ipam.sock"),
 	}
 	args = append(args, extra...)
 	if !slices.Contains(extra, "--controller") {
