@@ -16,7 +16,7 @@ TAGS      ?=
 
 all: build
 
-## build: static binaries of both programs into ./bin
+## build: static binaries of the programs (agent, controller, slingshot-ipam) into ./bin
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
@@ -110,6 +110,15 @@ E2E_K8S_BENCHTIME ?= 10000x
 e2e-k8s-bench: kube-apiserver
 	cd hack/kube-apiserver && E2E_K8S_REQUIRED=1 ETCD="$$(command -v etcd)" \
 	  $(GO) test -count=1 -run '^$$' -bench BenchmarkAcquire -benchtime $(E2E_K8S_BENCHTIME) ./e2e
+
+## ipam-bench: ADD/DEL p50 and p99 of slingshot-ipam, whereabouts in
+## node-slice mode (built from the module proxy, on a real kube-apiserver)
+## and Debian's host-local, in one run. IPAM_BENCH_FLAGS, e.g. -n 200.
+IPAM_BENCH_FLAGS ?=
+.PHONY: ipam-bench
+ipam-bench: kube-apiserver
+	@[ -x /usr/lib/cni/host-local ] || { $(SUDO) apt-get update && $(SUDO) apt-get install -y containernetworking-plugins; }
+	cd hack/ipam-bench && $(GO) run . $(IPAM_BENCH_FLAGS)
 
 ## kube-apiserver: etcd (installed when missing) and hack/kube-apiserver/bin/kube-apiserver
 kube-apiserver:
