@@ -3,13 +3,13 @@ package ipam_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
@@ -26,11 +26,16 @@ func TestRestartInTheMiddleOfAddsHandsNothingOutTwice(t *testing.T) {
 	dir := t.TempDir()
 	n := newNode(t, ctl, "n1", dir, 8)
 	for round := range 5 {
-		var mu sync.Mutex
-		answered := map[string]netip.Addr{}
-		var wg sync.WaitGroup
-		crash := make(chan []byte)
-		var crashed atomic.Value
+		// The crash comes once this many ADDs were answered, at a
+		// different moment each round, while the others are in flight.
+		crashAt := 20 + round*12
+		var (
+			mu       sync.Mutex
+			answered = map[string]netip.Addr{}
+			before   map[string]netip.Addr // the answers given at the crash
+			data     []byte                // the state file at the crash
+			wg       sync.WaitGroup
+		)
 		for w := range 3 {
 			wg.Go(func() {
 				for i := range 30 {
@@ -42,36 +47,23 @@ func TestRestartInTheMiddleOfAddsHandsNothingOutTwice(t *testing.T) {
 					}
 					mu.Lock()
 					answered[owner] = pfx.Addr()
+					if len(answered) == crashAt {
+						// The crash: the answers given so far, then the
+						// file as it is now, other ADDs still running.
+						before = maps.Clone(answered)
+						var rerr error
+						if data, rerr = os.ReadFile(n.state); rerr != nil {
+							t.Error(rerr)
+						}
+					}
 					mu.Unlock()
 				}
 			})
 		}
-		go func() {
-			// The crash: the answers given so far, then the file.
-			for {
-				mu.Lock()
-				k := len(answered)
-				mu.Unlock()
-				if k >= 20+round*25 {
-					break
-				}
-			}
-			mu.Lock()
-			before := map[string]netip.Addr{}
-			for o, a := range answered {
-				before[o] = a
-			}
-			mu.Unlock()
-			data, err := os.ReadFile(n.state)
-			if err != nil {
-				t.Error(err)
-			}
-			crashed.Store(before)
-			crash <- data
-		}()
-		data := <-crash
 		wg.Wait()
-		before := crashed.Load().(map[string]netip.Addr)
+		if before == nil {
+			t.Fatalf("round %d: %d ADDs answered, never %d", round, len(answered), crashAt)
+		}
 		// Start a new agent from the file as the crash left it.
 		if err := os.WriteFile(n.state, data, 0o600); err != nil {
 			t.Fatal(err)
