@@ -343,7 +343,9 @@ func (a *parts) reload(c config.Config) {
 		}
 	}
 	old := a.cfg
-	if c.NICResource != old.NICResource || c.CDIEnabled() != old.CDIEnabled() || c.CDI.SpecDir != old.CDI.SpecDir {
+	// The hsn interface is part of the policy, applied at once to the
+	// pods bound from now on.
+	if c.NICResource.Name != old.NICResource.Name || c.NICResource.SharesPerNIC != old.NICResource.SharesPerNIC || c.CDIEnabled() != old.CDIEnabled() || c.CDI.SpecDir != old.CDI.SpecDir {
 		a.logger.Warn("resource name, shares and CDI settings take effect at the next agent start")
 	}
 }
