@@ -39,6 +39,13 @@ const (
 	AgentPort     = 9479
 	InspectPort   = 9480
 	GRPCPort      = 9440
+	// IPPool is the controller's IP pool of the hsn interfaces
+	// (Options.HSNInterface): /24 slices of IPPoolPrefix.
+	IPPool       = "hsn0"
+	IPPoolPrefix = "10.150.0.0/16"
+	IPSliceBits  = 24
+	// HSNInterface is the name of the pods' hsn interface.
+	HSNInterface = "hsn0"
 	// cxiMajor is the character-device major of the mock /dev/cxiN, the
 	// one the mock sysfs tree's cxi_user class names.
 	cxiMajor = 508
@@ -57,6 +64,11 @@ type Options struct {
 	// NICs on the mock node (default 2) and device-plugin shares of each
 	// (default 16, so that a burst of 30 one-NIC pods fits).
 	NICs, SharesPerNIC int
+	// HSNInterface turns on the agent's hsn interface for the NIC
+	// resource (agent.hsnInterface, macvlan) with the controller's IP
+	// pool IPPool. The hsn netdevs the mock NICs name exist in the node's
+	// network namespace either way (node.Options.HSNNetdevs).
+	HSNInterface bool
 	// Values are merged over the chart values Setup sets.
 	Values map[string]any
 	Logf   func(format string, args ...any)
@@ -74,7 +86,11 @@ type Env struct {
 	AgentURL, InspectURL, ControllerAddr string
 	// Capacity is the node's hpe.com/cxi allocatable.
 	Capacity int
-	opts     Options
+	// IPAMSocket is the agent's IPAM socket and CNIBinDir the directory
+	// its init container installs slingshot-ipam into: the chart's
+	// ipam.socket and ipam.cniBinDir, under the node's root.
+	IPAMSocket, CNIBinDir string
+	opts                  Options
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -84,7 +100,8 @@ func (o *Options) logf(format string, args ...any) {
 }
 
 // Build builds the static binaries the images are made of into
-// root/bin: the agent and the controller from the project, the sandbox's
+// root/bin: the agent, the controller and slingshot-ipam (in the agent's
+// image, as the Dockerfile puts it) from the project, the sandbox's
 // pause and the test workload from this module. It needs the module proxy
 // (or a warm module cache), so it runs before the node's namespaces, which
 // have no network.
@@ -94,7 +111,7 @@ func Build(ctx context.Context, o Options) error {
 	}
 	bin := filepath.Join(o.Root, "bin")
 	start := time.Now()
-	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller"); err != nil {
+	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam"); err != nil {
 		return err
 	}
 	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
@@ -116,7 +133,13 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mock machine: %w", err)
 	}
-	n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, Logf: o.Logf})
+	var hsn []string
+	for _, nic := range machine.NICs {
+		if nic.NetDev != "" {
+			hsn = append(hsn, nic.NetDev)
+		}
+	}
+	n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, HSNNetdevs: hsn, Logf: o.Logf})
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +149,8 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		InspectURL:     fmt.Sprintf("http://127.0.0.1:%d", InspectPort),
 		ControllerAddr: fmt.Sprintf("%s:%d", n.IP, GRPCPort),
 		Capacity:       o.NICs * o.SharesPerNIC,
+		IPAMSocket:     filepath.Join(o.Root, "ipam-run", "ipam.sock"),
+		CNIBinDir:      filepath.Join(o.Root, "cni-bin"),
 	}
 	start := time.Now()
 	if err := e.importImages(ctx, binOut); err != nil {
@@ -223,7 +248,10 @@ func (e *Env) importImages(ctx context.Context, bin string) error {
 		{Ref: WorkloadImage, Files: map[string]string{"/workload": filepath.Join(bin, "workload")}, Entrypoint: []string{"/workload"}},
 		// As the Dockerfile makes them: the agent as root, the controller
 		// as the nonroot user.
-		{Ref: Registry + "/slingshot-agent:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-agent": filepath.Join(bin, "slingshot-agent")},
+		{Ref: Registry + "/slingshot-agent:" + Tag, Files: map[string]string{
+			"/usr/local/bin/slingshot-agent": filepath.Join(bin, "slingshot-agent"),
+			"/usr/local/bin/slingshot-ipam":  filepath.Join(bin, "slingshot-ipam"),
+		},
 			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
 		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller")},
 			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
@@ -286,6 +314,20 @@ func (e *Env) values() map[string]any {
 			// the chart makes (no cert-manager here) names it.
 			"tls": map[string]any{"ipAddresses": []any{n.IP}},
 		},
+		// The IPAM socket's and the CNI bin dir's host paths under the
+		// node's root, never the machine's /run or /opt/cni/bin; the init
+		// container installs slingshot-ipam there from the agent image.
+		"ipam": map[string]any{"socket": e.IPAMSocket, "cniBinDir": e.CNIBinDir, "installPlugin": true},
+	}
+	if e.opts.HSNInterface {
+		agent := v["agent"].(map[string]any)
+		agent["hsnInterface"] = map[string]any{"enabled": true, "mode": "macvlan", "name": HSNInterface, "pool": IPPool}
+		// The agent makes the hsn interfaces over rtnetlink, which needs
+		// CAP_NET_ADMIN; of the chart's containers only the privileged
+		// one has it (the unprivileged one adds SYS_ADMIN and SYS_PTRACE
+		// alone, and its creates fail with "operation not permitted").
+		agent["privileged"] = true
+		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
 	}
 	merge(v, e.opts.Values)
 	return v

@@ -99,6 +99,54 @@ func (e *Env) WaitRunning(ctx context.Context, ns, selector string, want int) ([
 	return pods, nil
 }
 
+// RunJobToCompletion creates job in ns and waits until all its pods
+// have Succeeded; it returns them. A pod that fails ends the wait, with
+// its log in the error.
+func (e *Env) RunJobToCompletion(ctx context.Context, ns string, job *batchv1.Job) ([]corev1.Pod, error) {
+	if _, err := e.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create job %s/%s: %w", ns, job.Name, err)
+	}
+	selector := "e2e-job=" + job.Name
+	want := int(*job.Spec.Completions)
+	var pods []corev1.Pod
+	var failed *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := e.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, nil
+		}
+		pods = list.Items
+		done := 0
+		for i, p := range pods {
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+				done++
+			case corev1.PodFailed:
+				failed = &pods[i]
+				return true, nil
+			}
+		}
+		return done == want && len(pods) == want, nil
+	})
+	if failed != nil {
+		return nil, fmt.Errorf("job %s/%s: pod %s failed: %s; its log:\n%s", ns, job.Name, failed.Name, containerStates(*failed), e.PodLog(ctx, ns, failed.Name))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%d pods %q in %s succeeded: %w\n%s", want, selector, ns, err, e.Describe(ctx))
+	}
+	return pods, nil
+}
+
+// PodLog returns the log of the pod's only container through the API
+// server (which asks the kubelet), or why it could not be read.
+func (e *Env) PodLog(ctx context.Context, ns, name string) string {
+	b, err := e.Node.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("(log of %s/%s: %v)", ns, name, err)
+	}
+	return string(b)
+}
+
 // Started reports whether the pod is Running with every container
 // started.
 func Started(p *corev1.Pod) bool {

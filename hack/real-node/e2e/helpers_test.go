@@ -49,6 +49,10 @@ type podView struct {
 	FileVNIs string // SLINGSHOT_VNIS in the env file
 	JobVNI   uint16 // the first of SLINGSHOT_VNIS
 	Services []inspect.Service
+	// HSN is the pod's hsn interface as the agent reports it, and
+	// HSNLink as the pod's network namespace has it: "hsn0 macvlan up
+	// [10.150.0.3/16]", "" when it has none.
+	HSN, HSNLink string
 }
 
 func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
@@ -76,6 +80,20 @@ func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
 	}
 	v.EnvVNIs = app.Env["SLINGSHOT_VNIS"]
+	links, err := cluster.Links(t.Context(), fmt.Sprintf("/proc/%d/ns/net", app.Pid))
+	if err != nil {
+		t.Fatalf("pod %s: %v", v.Key, err)
+	}
+	for _, l := range links {
+		if l.Name == cluster.HSNInterface {
+			v.HSNLink = fmt.Sprintf("%s %s up=%v %v", l.Name, l.Kind, l.Up, l.Addrs)
+		}
+	}
+	for _, p := range rep.Pods {
+		if p.Namespace+"/"+p.Name == v.Key {
+			v.HSN = p.HSN
+		}
+	}
 	file, err := cluster.EnvFile(app.Pid, envFile)
 	if err != nil {
 		t.Errorf("pod %s: env file: %v", v.Key, err)
@@ -123,6 +141,7 @@ func checkIsolated(t *testing.T, v podView, nics int) {
 type nodeState struct {
 	Services map[string]inspect.Service // by pod key + NIC
 	EnvFiles map[string]string          // pod key → SLINGSHOT_VNIS in its env file
+	HSN      map[string]string          // pod key → its hsn interface, as reported and as in its namespace
 	CDISpecs []string                   // of the pods' allocations, those present
 	JobVNI   uint16                     // of the pods' Job
 	Holders  []string                   // nodes holding JobVNI at the controller
@@ -136,10 +155,11 @@ func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := nodeState{Services: map[string]inspect.Service{}, EnvFiles: map[string]string{}}
+	st := nodeState{Services: map[string]inspect.Service{}, EnvFiles: map[string]string{}, HSN: map[string]string{}}
 	for _, p := range pods {
 		v := viewPod(t, p, rep)
 		st.EnvFiles[v.Key] = v.FileVNIs
+		st.HSN[v.Key] = v.HSN + " | " + v.HSNLink
 		st.JobVNI = v.JobVNI
 		for _, s := range v.Services {
 			st.Services[v.Key+"@"+s.NIC] = s
@@ -176,6 +196,11 @@ func diffState(before, after nodeState) string {
 			out = append(out, fmt.Sprintf("env file of %s: %q, now %q", k, v, after.EnvFiles[k]))
 		}
 	}
+	for k, v := range before.HSN {
+		if after.HSN[k] != v {
+			out = append(out, fmt.Sprintf("hsn interface of %s: %q, now %q", k, v, after.HSN[k]))
+		}
+	}
 	if after.JobVNI != before.JobVNI {
 		out = append(out, fmt.Sprintf("job VNI %d, now %d", before.JobVNI, after.JobVNI))
 	}
@@ -205,9 +230,9 @@ func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []stri
 	}
 }
 
-// waitCleanedUp waits until the agent has no service and no record of any
-// of the pods, and the controller no hold of the node on vni; it returns
-// when that was first seen.
+// waitCleanedUp waits until the agent has no service, no record and no
+// hsn address of any of the pods, and the controller no hold of the node
+// on vni; it returns when that was first seen.
 func waitCleanedUp(ctx context.Context, pods []string, vni uint16) (time.Time, error) {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -225,6 +250,12 @@ func waitCleanedUp(ctx context.Context, pods []string, vni uint16) (time.Time, e
 		for _, p := range rep.Pods {
 			if slices.Contains(pods, p.Namespace+"/"+p.Name) {
 				last = fmt.Sprintf("pod %s/%s %s", p.Namespace, p.Name, p.State)
+				return false, nil
+			}
+		}
+		for _, al := range allocations(rep) {
+			if slices.Contains(pods, al.Pod) {
+				last = fmt.Sprintf("hsn address %s of %s", al.Address, al.Pod)
 				return false, nil
 			}
 		}

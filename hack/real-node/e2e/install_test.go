@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,6 +39,17 @@ func TestInstall(t *testing.T) {
 	}
 	if !rep.Ready || len(rep.NICs) != len(env.Machine.NICs) {
 		t.Errorf("agent report: ready=%v, %d NICs; want ready with %d", rep.Ready, len(rep.NICs), len(env.Machine.NICs))
+	}
+	// The init container installed slingshot-ipam into the CNI bin dir,
+	// and the agent serves its IPAM socket, both under the node's root.
+	if fi, err := os.Stat(filepath.Join(env.CNIBinDir, "slingshot-ipam")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("slingshot-ipam in %s: %v, %v; want an executable installed by the agent's init container", env.CNIBinDir, fi, err)
+	}
+	if fi, err := os.Stat(env.IPAMSocket); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the agent's IPAM socket %s: %v, %v", env.IPAMSocket, fi, err)
+	}
+	if rep.IPAM == nil || len(rep.IPAM.Pools) != 1 || rep.IPAM.Pools[0].Name != cluster.IPPool {
+		t.Errorf("agent report: IPAM %+v, want pool %s", rep.IPAM, cluster.IPPool)
 	}
 }
 

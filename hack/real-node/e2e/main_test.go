@@ -48,7 +48,10 @@ func run(m *testing.M, root string) int {
 	var err error
 	env, err = cluster.Setup(setupCtx, cluster.Options{
 		Root: root,
-		Logf: logf,
+		// Every pod holding a NIC gets an hsn interface: the other tests'
+		// pods go through that path too (TestHSNInterfaceTCP).
+		HSNInterface: true,
+		Logf:         logf,
 	})
 	cancel()
 	if err != nil {

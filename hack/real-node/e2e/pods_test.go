@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -180,6 +181,11 @@ func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	before := captureState(t, ctx, pods, specs)
 	if len(before.Services) != 2 || len(before.CDISpecs) == 0 || len(before.Holders) != 1 {
 		t.Fatalf("before the restart: %d services, CDI specs %v, VNI %d held by %v", len(before.Services), before.CDISpecs, before.JobVNI, before.Holders)
+	}
+	for k, h := range before.HSN {
+		if !strings.HasPrefix(h, cluster.HSNInterface+" ") || !strings.Contains(h, "| "+cluster.HSNInterface+" macvlan up=true [") {
+			t.Fatalf("before the restart: pod %s's hsn interface %q, want it reported and in its namespace", k, h)
+		}
 	}
 	restart(t)
 	if err := env.WaitAllocatable(ctx, env.Capacity); err != nil {

@@ -41,6 +41,8 @@ const (
 	PodCIDR       = "10.88.0.0/16"
 	ServiceCIDR   = "10.96.0.0/24"
 	APIServerPort = 6443
+	// FabricBridge joins the peers of the hsn netdevs (Options.HSNNetdevs).
+	FabricBridge = "hsnfabric"
 	// PauseImage is the sandbox image, built locally (see package images).
 	PauseImage = "localhost/slingshot-e2e/pause:1"
 )
@@ -58,6 +60,12 @@ type Options struct {
 	CNIBinDir string
 	// NodeName default "node-1"; NodeIP default DefaultNodeIP.
 	NodeName, NodeIP string
+	// HSNNetdevs are the hsn netdevs of the mock NICs ("hsn0", "hsn1"),
+	// made in the node's network namespace as veth links whose peers are
+	// ports of one bridge, the node's stand-in for the Slingshot fabric:
+	// macvlan children of any of them reach each other. None: no such
+	// link.
+	HSNNetdevs []string
 	// Ready bounds each wait of Start; default 4 min.
 	Ready time.Duration
 	// Logf reports progress; nil: silent.
@@ -127,7 +135,7 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := n.privateMounts(); err != nil {
 		return nil, fmt.Errorf("node mounts: %w", err)
 	}
-	if err := setupNetwork(n.IP); err != nil {
+	if err := setupNetwork(n.IP, o.HSNNetdevs); err != nil {
 		return nil, fmt.Errorf("node network: %w", err)
 	}
 	ip := net.ParseIP(n.IP)
@@ -226,8 +234,11 @@ func (n *Node) privateMounts() error {
 // address on a link (the node's InternalIP) and a default route through
 // it, and lets it forward for the pods. The link is one end of a veth
 // pair: the CI machine's kernel has no dummy links, and a veth whose peer
-// is up has a carrier.
-func setupNetwork(ip string) error {
+// is up has a carrier. Each of hsn is made the same way, without an
+// address, its peer a port of the bridge FabricBridge, so that the
+// children the agent puts on one hsn netdev reach those on another, as
+// through the fabric's switches.
+func setupNetwork(ip string, hsn []string) error {
 	cmds := [][]string{
 		{"link", "set", "lo", "up"},
 		{"link", "add", "name", "node0", "type", "veth", "peer", "name", "node0-peer"},
@@ -235,6 +246,21 @@ func setupNetwork(ip string) error {
 		{"link", "set", "node0-peer", "up"},
 		{"link", "set", "node0", "up"},
 		{"route", "add", "default", "dev", "node0"},
+	}
+	if len(hsn) > 0 {
+		cmds = append(cmds, []string{"link", "add", "name", FabricBridge, "type", "bridge"},
+			[]string{"link", "set", FabricBridge, "up"})
+	}
+	for _, name := range hsn {
+		peer := name + "-fabric"
+		if len(peer) > 15 {
+			return fmt.Errorf("hsn netdev %q: name too long for its peer %q", name, peer)
+		}
+		cmds = append(cmds,
+			[]string{"link", "add", "name", name, "type", "veth", "peer", "name", peer},
+			[]string{"link", "set", peer, "master", FabricBridge},
+			[]string{"link", "set", peer, "up"},
+			[]string{"link", "set", name, "up"})
 	}
 	for _, c := range cmds {
 		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {

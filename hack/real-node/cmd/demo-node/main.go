@@ -43,7 +43,7 @@ func run(root string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	setupCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
-	env, err := cluster.Setup(setupCtx, cluster.Options{Root: root, Logf: logf})
+	env, err := cluster.Setup(setupCtx, cluster.Options{Root: root, HSNInterface: true, Logf: logf})
 	cancel()
 	defer env.Stop()
 	if err != nil {

@@ -1,25 +1,62 @@
-// Command workload is the real node's test pod program: it prints the
-// Slingshot environment it was started with (from CDI) and the env file
-// the agent published in its per-container directory, then waits for
-// SIGTERM. Tests read the same values from /proc; the printout is for a
-// person running `kubectl logs` on the demo node.
+// Command workload is the real node's test pod program. Without
+// arguments it prints the Slingshot environment it was started with (from
+// CDI) and the env file the agent published in its per-container
+// directory, then waits for SIGTERM. Tests read the same values from
+// /proc; the printout is for a person running `kubectl logs` on the demo
+// node.
+//
+// Two more modes test TCP over the pod's hsn interface:
+//
+//	workload serve PORT      listen on PORT on every address; answer each
+//	                         connection with one line naming the pod's hsn
+//	                         address and the caller's; until SIGTERM
+//	workload dial ADDR:PORT  connect, retrying until DIAL_TIMEOUT (a Go
+//	                         duration, default 60s), print the answer and
+//	                         exit 0; exit 1 with the last error past it
+//
+// The hsn interface is HSN_INTERFACE, default hsn0.
 package main
 
 import (
+	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // envFile is agent.ContainerDir + "/" + agent.EnvFileName.
 const envFile = "/var/run/slingshot/slingshot.env"
 
 func main() {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	args := os.Args[1:]
+	var err error
+	switch {
+	case len(args) == 0:
+		printEnv()
+		<-ctx.Done()
+	case len(args) == 2 && args[0] == "serve":
+		err = serve(ctx, args[1])
+	case len(args) == 2 && args[0] == "dial":
+		err = dial(ctx, args[1])
+	default:
+		err = errors.New("usage: workload [serve PORT | dial ADDR:PORT]")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "workload:", err)
+		os.Exit(1)
+	}
+}
+
+func printEnv() {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "SLINGSHOT_") {
@@ -36,5 +73,107 @@ func main() {
 	} else {
 		fmt.Printf("%s:\n%s", envFile, b)
 	}
-	<-sigs
+}
+
+func hsnName() string {
+	if n := os.Getenv("HSN_INTERFACE"); n != "" {
+		return n
+	}
+	return "hsn0"
+}
+
+// hsnAddrs lists the IPv4 addresses of the hsn interface with their
+// prefix lengths, "10.150.0.2/16", or says why there are none.
+func hsnAddrs() string {
+	name := hsnName()
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return fmt.Sprintf("%s: %v", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return fmt.Sprintf("%s: %v", name, err)
+	}
+	var out []string
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			out = append(out, ipn.String())
+		}
+	}
+	if len(out) == 0 {
+		return name + ": no IPv4 address"
+	}
+	return name + " " + strings.Join(out, ",")
+}
+
+// serve answers every connection on port with one line:
+// "hello from hsn0 10.150.0.2/16 to 10.150.200.7:41234".
+func serve(ctx context.Context, port string) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("", port))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("serving on %s; %s\n", ln.Addr(), hsnAddrs())
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		line := fmt.Sprintf("hello from %s to %s", hsnAddrs(), c.RemoteAddr())
+		fmt.Println(line)
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = fmt.Fprintln(c, line)
+		c.Close()
+	}
+}
+
+// dial connects to addr until DIAL_TIMEOUT, reads one line and prints it.
+func dial(ctx context.Context, addr string) error {
+	bound := 60 * time.Second
+	if s := os.Getenv("DIAL_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("DIAL_TIMEOUT: %w", err)
+		}
+		bound = d
+	}
+	fmt.Printf("dialing %s; %s\n", addr, hsnAddrs())
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var d net.Dialer
+	var last error
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		c, err := d.DialContext(actx, "tcp", addr)
+		acancel()
+		if err == nil {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			line, rerr := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if rerr == nil {
+				fmt.Printf("reply from %s (attempt %d): %s", addr, attempt, line)
+				return nil
+			}
+			err = fmt.Errorf("read: %w", rerr)
+		}
+		// The attempt the bound cuts short ends in a timeout: keep the
+		// error before it.
+		if ne, ok := err.(net.Error); last == nil || !ok || !ne.Timeout() {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dial %s: no answer within %s (%d attempts); last error: %v", addr, bound, attempt, last)
+		case <-tick.C:
+		}
+	}
 }
