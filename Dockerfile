@@ -48,6 +48,8 @@ ENTRYPOINT ["/usr/local/bin/slingshot-controller"]
 #   - privileged (or, with the simulated driver, CAP_SYS_ADMIN): the CXI
 #     driver's service commands are admin-only, and the device cgroup of an
 #     unprivileged container admits no host device such as /dev/cxiN;
+#   - CAP_NET_ADMIN, with the hsn interface on: the pods' macvlan or ipvlan
+#     links, made over rtnetlink inside their network namespaces;
 #   - CAP_SYS_PTRACE: reading /proc/<pid>/ns/net of pod processes of other
 #     users (hostPID), to make the pod's network namespace its service member;
 #   - host network: NIC link events, the "cxierr" netlink family and ethtool;

@@ -175,6 +175,27 @@ func TestRenderHSNInterface(t *testing.T) {
 	}
 }
 
+// The unprivileged agent gets CAP_NET_ADMIN exactly when it makes the
+// pods' hsn interfaces: the links are made over rtnetlink.
+func TestRenderHSNInterfaceNetAdmin(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		values := map[string]any{
+			"agent":      map[string]any{"cxiDriver": "sim", "privileged": false, "hsnInterface": map[string]any{"enabled": on}},
+			"controller": map[string]any{"ipPools": "hsn0=10.150.0.0/16:/24"},
+		}
+		ds, _ := agentDaemonSet(t, values)
+		var caps []corev1.Capability
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if sc := c.SecurityContext; c.Name == "agent" && sc != nil && sc.Capabilities != nil {
+				caps = sc.Capabilities.Add
+			}
+		}
+		if got := slices.Contains(caps, "NET_ADMIN"); got != on {
+			t.Errorf("hsnInterface.enabled=%v: agent adds %v, want NET_ADMIN %v", on, caps, on)
+		}
+	}
+}
+
 // The IPAM and hsn interface values the chart refuses, each naming the
 // value at fault.
 func TestRenderRefusesIPAM(t *testing.T) {

@@ -322,11 +322,8 @@ func (e *Env) values() map[string]any {
 	if e.opts.HSNInterface {
 		agent := v["agent"].(map[string]any)
 		agent["hsnInterface"] = map[string]any{"enabled": true, "mode": "macvlan", "name": HSNInterface, "pool": IPPool}
-		// The agent makes the hsn interfaces over rtnetlink, which needs
-		// CAP_NET_ADMIN; of the chart's containers only the privileged
-		// one has it (the unprivileged one adds SYS_ADMIN and SYS_PTRACE
-		// alone, and its creates fail with "operation not permitted").
-		agent["privileged"] = true
+		// The agent stays unprivileged: with the hsn interface on, the
+		// chart adds CAP_NET_ADMIN, which making the links needs.
 		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
 	}
 	merge(v, e.opts.Values)
