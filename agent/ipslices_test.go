@@ -714,3 +714,112 @@ func TestIPAMErrorsMapped(t *testing.T) {
 		t.Fatalf("Pools = %v %v, want %s", pools, err, want)
 	}
 }
+
+// ipsHookSlicer pauses after an AcquireAt or a Release has been answered,
+// to order a node's calls as a slow goroutine would.
+type ipsHookSlicer struct {
+	*ipsSlicer
+	mu                           sync.Mutex
+	afterAcquireAt, afterRelease func()
+}
+
+func (s *ipsHookSlicer) AcquireAt(ctx context.Context, pool string, i int) ([]ipam.Slice, error) {
+	got, err := s.ipsSlicer.AcquireAt(ctx, pool, i)
+	s.mu.Lock()
+	f := s.afterAcquireAt
+	s.afterAcquireAt = nil
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return got, err
+}
+
+func (s *ipsHookSlicer) Release(ctx context.Context, pool string, i int) error {
+	err := s.ipsSlicer.Release(ctx, pool, i)
+	s.mu.Lock()
+	f := s.afterRelease
+	s.afterRelease = nil
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return err
+}
+
+// TestLostSliceNotTakenBackByAnOlderAnswer: an answer to an acquire that
+// listed a slice, adopted only after the slice was given back and the
+// heartbeat said it is lost, must not make the node hand out addresses
+// of it again: the controller may lease it to another node.
+func TestLostSliceNotTakenBackByAnOlderAnswer(t *testing.T) {
+	h := newIPSController(t, "hsn0=10.150.0.0/22:/24")
+	ctx := t.Context()
+	c, err := controllerclient.Dial(h.addr, controllerclient.Options{Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	base := &ipsSlicer{ipSlicer: ipSlicer{c}}
+	hs := &ipsHookSlicer{ipsSlicer: base}
+	al, err := ipam.New(ipam.Options{StatePath: filepath.Join(t.TempDir(), "a.json"), Slicer: hs, LowWater: 1, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetSliceHolder(sliceHolder{al})
+	a := &ipsNode{name: "node-a", client: c, slicer: base, alloc: al}
+	a.learnPools(t)
+	pool := ipam.Pool{Name: "hsn0", Prefix: netip.MustParsePrefix("10.150.0.0/22"), SliceBits: 24}
+	if _, err := a.allocate(ctx, "x", netreq.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	s0 := -1
+	for i := range a.slices("hsn0") {
+		s0 = i
+	}
+	s1, s2 := (s0+1)%4, (s0+2)%4
+	if _, err := a.allocate(ctx, "y", netreq.Request{IP: ipsNthAddr(pool.SlicePrefix(s1), 9)}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := a.alloc.Release("y"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	answered, goAcquire := make(chan struct{}), make(chan struct{})
+	released, goRelease := make(chan struct{}), make(chan struct{})
+	hs.mu.Lock()
+	hs.afterAcquireAt = func() { close(answered); <-goAcquire }
+	hs.afterRelease = func() { close(released); <-goRelease }
+	hs.mu.Unlock()
+	zdone := make(chan error, 1)
+	go func() {
+		_, err := a.allocate(ctx, "z", netreq.Request{IP: ipsNthAddr(pool.SlicePrefix(s2), 9)})
+		zdone <- err
+	}()
+	<-answered // the controller has answered [s0 s1 s2]; adopt waits
+	runCtx, stop := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { _ = a.alloc.Run(runCtx); close(runDone) }()
+	<-released     // the upkeep gave s1 back; release() waits
+	a.heartbeat(t) // reports s1 returning; the answer says lost -> Lost forgets s1
+	stop()
+	close(goRelease)
+	<-runDone
+	close(goAcquire)
+	if err := <-zdone; err != nil {
+		t.Fatal(err)
+	}
+	held := h.held(t, "hsn0", "node-a")
+	t.Logf("allocator holds %v; controller leases node-a %v", a.slices("hsn0"), held)
+	for i, s := range a.slices("hsn0") {
+		if _, ok := held[i]; !ok && !s.Returning {
+			t.Errorf("node-a allocates from slice %d, which the controller does not lease it", i)
+		}
+	}
+	b := h.newNode(t, "node-b", 1)
+	dup := ipsNthAddr(pool.SlicePrefix(s1), 20)
+	ab, errB := b.allocate(ctx, "b", netreq.Request{IP: dup})
+	aa, errA := a.allocate(ctx, "a2", netreq.Request{IP: dup})
+	t.Logf("node-b: %v %v; node-a: %v %v", ab, errB, aa, errA)
+	if errA == nil && errB == nil {
+		t.Errorf("address %s handed out on both node-a and node-b", dup)
+	}
+}

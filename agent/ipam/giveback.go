@@ -134,7 +134,11 @@ func (a *Allocator) Lost(lost []Report) {
 		s := ps.slices[l.Index]
 		a.m.lostSlices.WithLabelValues(l.Pool).Inc()
 		if s.used == 0 {
+			// Forgotten as given back: an answer to a call made before
+			// now may still list it, and must not take it up again.
 			delete(ps.slices, l.Index)
+			a.seq++
+			a.released[sliceKey{l.Pool, l.Index}] = a.seq
 		} else {
 			s.returning = true
 			a.opts.Logger.Error("controller no longer leases an ip slice with addresses in use; they may be given to another node",
