@@ -65,6 +65,8 @@ type Allocator struct {
 	seq      uint64
 	released map[sliceKey]uint64
 	passes   int
+	// poolsListed: the controller has answered a pool list since start.
+	poolsListed bool
 }
 
 type sliceKey struct {
@@ -322,6 +324,9 @@ func (a *Allocator) poolFor(req Request) (*poolState, error) {
 		name = w
 	}
 	if len(a.pools) == 0 {
+		if a.poolsListed {
+			return nil, fmt.Errorf("%w: the controller has no ip pool (its --ip-pools)", ErrInvalidRequest)
+		}
 		return nil, fmt.Errorf("%w: no ip pool known yet (the controller has not been reached)", ErrUnavailable)
 	}
 	ps := a.pools[name]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -188,5 +189,30 @@ func TestReportsMarkSlicesOpenUntilGivenBack(t *testing.T) {
 	}
 	if got := len(n.a.Reports()); got != 1 {
 		t.Fatalf("the allocator reports %d slices, want 1", got)
+	}
+}
+
+// A controller with no IP pool is asked for its pools once, then every
+// 60 upkeep passes, not at every pass by every node; a request meanwhile
+// says the controller has no pool rather than that it is unreachable.
+func TestNoPoolsAskedRarely(t *testing.T) {
+	ctl := ipamtest.NewController()
+	a, err := ipam.New(ipam.Options{StatePath: filepath.Join(t.TempDir(), "n1.json"), Slicer: ctl.Node("n1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 60 {
+		ipam.Upkeep(a, t.Context())
+	}
+	if n := ctl.Calls(); n != 1 {
+		t.Fatalf("%d pool lists in 60 passes, want 1", n)
+	}
+	ipam.Upkeep(a, t.Context()) // the 60th pass after the first list
+	if n := ctl.Calls(); n != 2 {
+		t.Fatalf("%d pool lists in 61 passes, want 2", n)
+	}
+	_, _, err = a.Allocate(t.Context(), ipam.Request{Owner: "cni/c1/net1", Pool: "hsn0"})
+	if !errors.Is(err, ipam.ErrInvalidRequest) || !strings.Contains(err.Error(), "no ip pool") {
+		t.Fatalf("Allocate = %v, want the controller's lack of pools named", err)
 	}
 }

@@ -124,14 +124,16 @@ func (a *Allocator) upkeep(ctx context.Context) {
 	}
 }
 
-// refreshPools asks the controller for its pools when none is known yet,
-// and adds those it did not know. A pool whose prefix or slicing changed
-// keeps its record: its addresses are in use.
+// refreshPools asks the controller for its pools until it has answered
+// once, then every 60 passes, and adds those it did not know. A pool
+// whose prefix or slicing changed keeps its record: its addresses are in
+// use. A controller with no IP pool is thus asked every few minutes, not
+// at every pass by every node.
 func (a *Allocator) refreshPools(ctx context.Context) error {
 	a.mu.Lock()
-	known := len(a.pools)
+	listed := a.poolsListed
 	a.mu.Unlock()
-	if known > 0 && !a.due() {
+	if listed && !a.due() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -142,6 +144,7 @@ func (a *Allocator) refreshPools(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.poolsListed = true
 	changed := false
 	for _, p := range pools {
 		if err := p.Validate(); err != nil {
