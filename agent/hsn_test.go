@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,11 +107,13 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	return h
 }
 
-// startAllocator runs an allocator until the test ends, once it knows
-// its pools.
+// startAllocator runs an allocator until the test ends, and returns once
+// it knows its pools: its first pass leases a slice only after it has
+// recorded the pools it listed.
 func startAllocator(t *testing.T, s ipam.Slicer, state string) *ipam.Allocator {
 	t.Helper()
-	a, err := ipam.New(ipam.Options{StatePath: state, Slicer: s, LowWater: 4, Interval: time.Hour})
+	sig := &acquireSignal{Slicer: s, acquiring: make(chan struct{})}
+	a, err := ipam.New(ipam.Options{StatePath: state, Slicer: sig, LowWater: 4, Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,16 +121,24 @@ func startAllocator(t *testing.T, s ipam.Slicer, state string) *ipam.Allocator {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	// Run's first pass learns the pools and leases a slice; an allocation
-	// before it would wait on that pass's controller calls anyway.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(a.Inspect().Pools) == 0 || len(a.Inspect().Pools[0].Slices) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("allocator learned no pool and leased no slice within 10s")
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-sig.acquiring:
+	case <-time.After(10 * time.Second):
+		t.Fatal("allocator leased no slice within 10s")
 	}
 	return a
+}
+
+// acquireSignal closes acquiring at the first Acquire.
+type acquireSignal struct {
+	ipam.Slicer
+	once      sync.Once
+	acquiring chan struct{}
+}
+
+func (s *acquireSignal) Acquire(ctx context.Context, pool string, count int) ([]ipam.Slice, error) {
+	s.once.Do(func() { close(s.acquiring) })
+	return s.Slicer.Acquire(ctx, pool, count)
 }
 
 // owners are the allocator's owners of pod addresses.
@@ -143,10 +154,10 @@ func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
 	if !ok {
 		t.Fatal("no hsn0 in the pod's namespace")
 	}
-	slice := h.ctl.Held("hsn0", "n1")
-	if spec.Parent != "hsn0" || spec.Mode != hsnlink.Macvlan || spec.Address.Bits() != 16 ||
-		len(slice) == 0 || !slice[0].Prefix.Contains(spec.Address.Addr()) {
-		t.Fatalf("interface %+v, want a macvlan on hsn0 with a /16 address of the node's slice %v", spec, slice)
+	held := h.ctl.Held("hsn0", "n1")
+	inHeld := slices.ContainsFunc(held, func(sl ipam.Slice) bool { return sl.Prefix.Contains(spec.Address.Addr()) })
+	if spec.Parent != "hsn0" || spec.Mode != hsnlink.Macvlan || spec.Address.Bits() != 16 || !inHeld {
+		t.Fatalf("interface %+v, want a macvlan on hsn0 with a /16 address of the node's slices %v", spec, held)
 	}
 	entry, _ := h.b.store.Get("ns/a")
 	if entry.HSN == nil || entry.HSN.Address != spec.Address || entry.HSN.Owner != "pod/uid-a/hsn0" {
