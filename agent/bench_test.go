@@ -3,18 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/slingshot-k8s/slingshot/controller"
-	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
-	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
@@ -52,35 +46,18 @@ func (d *timedDriver) Get(ctx context.Context, id uint32) (cxi.Service, error) {
 // gRPC on loopback and returns a client of it.
 func loopbackController(b *testing.B) *controllerclient.Client {
 	b.Helper()
+	_, addr := serveController(b, controller.Config{})
+	client, err := controllerclient.Dial(addr, controllerclient.Options{Node: "n1"})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(b.Context())
-	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "controller.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := controller.New(st, nil, nil, controller.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := grpc.NewServer()
-	grpcapi.NewServer(svc, time.Minute).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	client, err := controllerclient.Dial(lis.Addr().String(), controllerclient.Options{Node: "n1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = svc.Run(ctx) })
-	wg.Go(func() { _ = g.Serve(lis) })
-	wg.Go(func() { _ = client.Run(ctx) })
+	done := make(chan struct{})
+	go func() { defer close(done); _ = client.Run(ctx) }()
 	b.Cleanup(func() {
 		cancel()
-		g.Stop()
-		wg.Wait()
+		<-done
 		_ = client.Close()
-		_ = st.Close()
 	})
 	return client
 }
