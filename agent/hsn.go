@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
@@ -198,13 +197,11 @@ func (b *binder) dropHSN(key string, h nsHandle) bool {
 		}
 	}
 	// Every address of the pod: the recorded one, and one a bind that
-	// crashed before recording it may have left.
-	owners := []string{}
+	// crashed before recording it may have left. An hsn interface is only
+	// ever made for a pod whose UID is known, and is keyed by it.
+	var owners []string
 	if entry.UID != "" {
 		owners = b.addrs.Owners(hsnOwnerPrefix(entry.UID))
-	}
-	if entry.HSN != nil && !slices.Contains(owners, entry.HSN.Owner) {
-		owners = append(owners, entry.HSN.Owner)
 	}
 	for _, owner := range owners {
 		if _, err := b.addrs.Release(owner); err != nil {
@@ -228,14 +225,13 @@ func (b *binder) reconcileHSN() {
 	if b.addrs == nil {
 		return
 	}
-	live := map[string]bool{}
+	recorded := map[string]bool{} // pod UIDs
 	for _, entry := range b.store.Pods() {
-		if entry.HSN == nil {
-			continue
+		if entry.UID != "" {
+			recorded[entry.UID] = true
 		}
-		live[entry.HSN.Owner] = true
 		h := b.ns.get(entry.Key())
-		if h == nil || entry.Exited != nil {
+		if entry.HSN == nil || h == nil || entry.Exited != nil {
 			continue
 		}
 		if err := b.linker.Attach(h, specOf(entry.HSN)); err != nil {
@@ -243,15 +239,9 @@ func (b *binder) reconcileHSN() {
 			b.logger.Warn("a live pod's hsn interface could not be restored", "pod", entry.Key(), "err", err)
 		}
 	}
-	recorded := map[string]bool{}
-	for _, entry := range b.store.Pods() {
-		if entry.UID != "" {
-			recorded[entry.UID] = true
-		}
-	}
 	for _, owner := range b.addrs.Owners("pod/") {
 		uid, _, _ := strings.Cut(strings.TrimPrefix(owner, "pod/"), "/")
-		if live[owner] || recorded[uid] {
+		if recorded[uid] {
 			continue
 		}
 		if _, err := b.addrs.Release(owner); err != nil {
