@@ -110,7 +110,7 @@ type Manager struct {
 	// release cannot cross another claim's acquire of the same lease.
 	leaseMu sync.Mutex
 
-	nsMu sync.Mutex        // guards held
+	nsMu sync.Mutex       // guards held
 	held map[string]Netns // claim UID → the namespace its services admit
 }
 
