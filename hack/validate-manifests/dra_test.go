@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 )
 
 // dra is the value that serves the NICs through DRA.
@@ -136,6 +138,78 @@ func TestRenderAgentRBAC(t *testing.T) {
 	}
 }
 
+// deviceClasses renders values and returns the DeviceClasses by name.
+func deviceClasses(t *testing.T, values map[string]any) map[string]resourcev1.DeviceClass {
+	t.Helper()
+	out := map[string]resourcev1.DeviceClass{}
+	for _, o := range renderObjects(t, values) {
+		if o.GVK.Group != "resource.k8s.io" || o.GVK.Kind != "DeviceClass" {
+			continue
+		}
+		var c resourcev1.DeviceClass
+		if err := json.Unmarshal(o.JSON, &c); err != nil {
+			t.Fatal(err)
+		}
+		out[c.Name] = c
+	}
+	return out
+}
+
+// The DeviceClasses: a NIC class and a GPU class named after the driver,
+// selecting its devices by their "type" attribute; the NIC class carries
+// the extended resource name when that is enabled; none without api dra
+// or with deviceClasses off.
+func TestRenderDeviceClasses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		values   map[string]any
+		driver   string // "": no classes
+		extended string // the NIC class's extendedResourceName
+	}{
+		{name: "deviceplugin"},
+		{name: "dra", values: dra, driver: "cxi.slingshot.hpe.com", extended: "hpe.com/cxi"},
+		{name: "dra, own driver and resource", values: withDRA(map[string]any{"driverName": "cxi.example.org", "extendedResource": map[string]any{"name": "example.org/nic"}}),
+			driver: "cxi.example.org", extended: "example.org/nic"},
+		{name: "dra without extended resource", values: withDRA(map[string]any{"extendedResource": map[string]any{"enabled": false}}), driver: "cxi.slingshot.hpe.com"},
+		{name: "dra without classes", values: withDRA(map[string]any{"deviceClasses": false, "extendedResource": map[string]any{"enabled": false}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			classes := deviceClasses(t, tc.values)
+			if tc.driver == "" {
+				if len(classes) != 0 {
+					t.Errorf("DeviceClasses %v; want none", slices.Sorted(maps.Keys(classes)))
+				}
+				return
+			}
+			if len(classes) != 2 {
+				t.Errorf("DeviceClasses %v; want the NIC and GPU classes", slices.Sorted(maps.Keys(classes)))
+			}
+			for name, typ := range map[string]string{tc.driver: "nic", "gpu." + tc.driver: "gpu"} {
+				c, ok := classes[name]
+				if !ok {
+					t.Errorf("no DeviceClass %s", name)
+					continue
+				}
+				want := `device.driver == "` + tc.driver + `" && device.attributes["` + tc.driver + `"].type == "` + typ + `"`
+				if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != want {
+					t.Errorf("%s: selectors %+v; want the one CEL selector %s", name, c.Spec.Selectors, want)
+				}
+				ext := ""
+				if c.Spec.ExtendedResourceName != nil {
+					ext = *c.Spec.ExtendedResourceName
+				}
+				wantExt := ""
+				if typ == "nic" {
+					wantExt = tc.extended
+				}
+				if ext != wantExt {
+					t.Errorf("%s: extendedResourceName %q, want %q", name, ext, wantExt)
+				}
+			}
+		})
+	}
+}
+
 // The API and DRA values the chart refuses, each naming the value at
 // fault.
 func TestRenderRefusesDRA(t *testing.T) {
@@ -156,6 +230,7 @@ func TestRenderRefusesDRA(t *testing.T) {
 		"relative NRI socket":      {withDRA(map[string]any{"nriSocket": "nri/nri.sock"}), `dra.nriSocket "nri/nri.sock": want an absolute path`},
 		"no NRI socket":            {withDRA(map[string]any{"nriSocket": ""}), `dra.nriSocket ""`},
 		"NRI socket in /":          {withDRA(map[string]any{"nriSocket": "/nri.sock"}), "in a directory other than /"},
+		"extended without classes": {withDRA(map[string]any{"deviceClasses": false}), "dra.extendedResource.enabled needs dra.deviceClasses"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(ch, tc.values)
@@ -165,14 +240,14 @@ func TestRenderRefusesDRA(t *testing.T) {
 		})
 	}
 	// Neither is checked with api deviceplugin.
-	if _, err := Render(ch, map[string]any{"dra": map[string]any{"driverName": "", "nriSocket": ""}}); err != nil {
+	if _, err := Render(ch, map[string]any{"dra": map[string]any{"driverName": "", "nriSocket": "", "deviceClasses": false}}); err != nil {
 		t.Errorf("api deviceplugin with unused dra values: %v", err)
 	}
 }
 
 // api dra on a cluster that does not serve resource.k8s.io/v1 is refused
-// with a message that says so (rather than Helm's "no matches for kind"
-// halfway through an install).
+// with a message that says so (rather than Helm's "no matches for kind
+// DeviceClass" halfway through an install).
 func TestRenderRefusesDRAWithoutAPI(t *testing.T) {
 	ch, err := LoadChart("../../" + chartDir)
 	if err != nil {

@@ -137,6 +137,9 @@ JSON list. */}}
 {{- if or (not $d.nriSocket) (not (isAbs $d.nriSocket)) (gt (len $d.nriSocket) 107) (eq (dir $d.nriSocket) "/") }}
 {{- fail (printf "dra.nriSocket %q: want an absolute path of at most 107 bytes (a unix socket's limit) in a directory other than /" $d.nriSocket) }}
 {{- end }}
+{{- if and $d.extendedResource.enabled (not $d.deviceClasses) }}
+{{- fail "dra.extendedResource.enabled needs dra.deviceClasses: the extended resource name is a field of the chart's NIC DeviceClass" }}
+{{- end }}
 {{- if not (.Capabilities.APIVersions.Has "resource.k8s.io/v1") }}
 {{- fail "api=dra needs a cluster that serves resource.k8s.io/v1 (Kubernetes 1.34 or later); with helm template, pass --api-versions resource.k8s.io/v1" }}
 {{- end }}
