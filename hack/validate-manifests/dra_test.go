@@ -1,0 +1,426 @@
+package main
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+)
+
+// dra is the value that serves the NICs through DRA.
+var dra = map[string]any{"api": "dra"}
+
+// withDRA returns dra with the dra block set to block.
+func withDRA(block map[string]any) map[string]any {
+	return map[string]any{"api": "dra", "dra": block}
+}
+
+// The agent's DaemonSet in each API mode: the flags, the API token and
+// the host directories of a DRA driver only with api "dra", and the
+// device-plugin directories in both.
+func TestRenderAPIMode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		// wantDriver is the DRA driver's name, "" for api deviceplugin.
+		wantDriver, wantNRIDir string
+	}{
+		{name: "defaults"},
+		{name: "deviceplugin", values: map[string]any{"api": "deviceplugin"}},
+		{name: "dra", values: dra, wantDriver: "cxi.slingshot.hpe.com", wantNRIDir: "/var/run/nri"},
+		{name: "dra moved", values: map[string]any{"api": "dra", "agent": map[string]any{"kubeletDir": "/data/kubelet"},
+			"dra": map[string]any{"driverName": "cxi.example.org", "nriSocket": "/run/containerd/nri/nri.sock"}},
+			wantDriver: "cxi.example.org", wantNRIDir: "/run/containerd/nri"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds, _ := agentDaemonSet(t, tc.values)
+			spec := ds.Spec.Template.Spec
+			agent := spec.Containers[0]
+			kubelet := "/var/lib/kubelet"
+			if tc.name == "dra moved" {
+				kubelet = "/data/kubelet"
+			}
+			for _, v := range []string{"device-plugins", "pod-resources"} {
+				if hostPathOf(spec, v) == nil || mountOf(agent, v) == "" {
+					t.Errorf("volume %s is not mounted", v)
+				}
+			}
+			isDRA := tc.wantDriver != ""
+			wantAPI := "--api=deviceplugin"
+			if isDRA {
+				wantAPI = "--api=dra"
+			}
+			if !slices.Contains(agent.Args, wantAPI) {
+				t.Errorf("agent args %q, want %s", agent.Args, wantAPI)
+			}
+			token := spec.AutomountServiceAccountToken
+			if token == nil || *token != isDRA {
+				t.Errorf("automountServiceAccountToken %v, want %v: only a DRA driver calls the Kubernetes API", token, isDRA)
+			}
+			if !isDRA {
+				for _, a := range agent.Args {
+					if strings.HasPrefix(a, "--dra-") || strings.HasPrefix(a, "--nri-") {
+						t.Errorf("api deviceplugin, but the agent has %s", a)
+					}
+				}
+				for _, v := range []string{"plugins-registry", "dra-plugin", "nri"} {
+					if hostPathOf(spec, v) != nil || mountOf(agent, v) != "" {
+						t.Errorf("api deviceplugin, but volume %s is there", v)
+					}
+				}
+				return
+			}
+			for _, want := range []string{"--dra-driver-name=" + tc.wantDriver, "--nri-socket=" + tc.wantNRIDir + "/nri.sock"} {
+				if !slices.Contains(agent.Args, want) {
+					t.Errorf("agent args %q, want %s", agent.Args, want)
+				}
+			}
+			for v, dir := range map[string]string{
+				"plugins-registry": kubelet + "/plugins_registry",
+				"dra-plugin":       kubelet + "/plugins/" + tc.wantDriver,
+				"nri":              tc.wantNRIDir,
+			} {
+				hp := hostPathOf(spec, v)
+				if hp == nil || hp.Path != dir || hp.Type == nil || *hp.Type != corev1.HostPathDirectoryOrCreate || mountOf(agent, v) != dir {
+					t.Errorf("%s: hostPath %+v mounted at %q; want %s (DirectoryOrCreate) at the same path", v, hp, mountOf(agent, v), dir)
+				}
+			}
+		})
+	}
+}
+
+// The agent's RBAC: none with api deviceplugin; with api dra exactly the
+// calls of a DRA driver, bound to the agent's ServiceAccount.
+func TestRenderAgentRBAC(t *testing.T) {
+	def := renderObjects(t, nil)
+	for _, k := range []string{"ClusterRole/slingshot-agent", "ClusterRoleBinding/slingshot-agent", "Role/slingshot-agent", "RoleBinding/slingshot-agent"} {
+		if _, ok := def[k]; ok {
+			t.Errorf("api deviceplugin makes %s; the agent has no RBAC", k)
+		}
+	}
+	objs := renderObjects(t, dra)
+	o, ok := objs["ClusterRole/slingshot-agent"]
+	if !ok {
+		t.Fatal("api dra: no ClusterRole/slingshot-agent")
+	}
+	var role rbacv1.ClusterRole
+	if err := json.Unmarshal(o.JSON, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+	}
+	got, _ := json.Marshal(role.Rules)
+	wantJSON, _ := json.Marshal(want)
+	if string(got) != string(wantJSON) {
+		t.Errorf("rules %s\nwant %s", got, wantJSON)
+	}
+	o, ok = objs["ClusterRoleBinding/slingshot-agent"]
+	if !ok {
+		t.Fatal("api dra: no ClusterRoleBinding/slingshot-agent")
+	}
+	var b rbacv1.ClusterRoleBinding
+	if err := json.Unmarshal(o.JSON, &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != "slingshot-agent" ||
+		len(b.Subjects) != 1 || b.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "slingshot-agent", Namespace: releaseNamespace}) {
+		t.Errorf("binding %+v to %+v; want ClusterRole slingshot-agent to the agent's ServiceAccount alone", b.RoleRef, b.Subjects)
+	}
+}
+
+// deviceClasses renders values and returns the DeviceClasses by name.
+func deviceClasses(t *testing.T, values map[string]any) map[string]resourcev1.DeviceClass {
+	t.Helper()
+	out := map[string]resourcev1.DeviceClass{}
+	for _, o := range renderObjects(t, values) {
+		if o.GVK.Group != "resource.k8s.io" || o.GVK.Kind != "DeviceClass" {
+			continue
+		}
+		var c resourcev1.DeviceClass
+		if err := json.Unmarshal(o.JSON, &c); err != nil {
+			t.Fatal(err)
+		}
+		out[c.Name] = c
+	}
+	return out
+}
+
+// The DeviceClasses: a NIC class and a GPU class named after the driver,
+// selecting its devices by their "type" attribute; the NIC class carries
+// the extended resource name when that is enabled; none without api dra
+// or with deviceClasses off.
+func TestRenderDeviceClasses(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		values   map[string]any
+		driver   string // "": no classes
+		extended string // the NIC class's extendedResourceName
+	}{
+		{name: "deviceplugin"},
+		{name: "dra", values: dra, driver: "cxi.slingshot.hpe.com", extended: "hpe.com/cxi"},
+		{name: "dra, own driver and resource", values: withDRA(map[string]any{"driverName": "cxi.example.org", "extendedResource": map[string]any{"name": "example.org/nic"}}),
+			driver: "cxi.example.org", extended: "example.org/nic"},
+		{name: "dra without extended resource", values: withDRA(map[string]any{"extendedResource": map[string]any{"enabled": false}}), driver: "cxi.slingshot.hpe.com"},
+		{name: "dra without classes", values: withDRA(map[string]any{"deviceClasses": false, "extendedResource": map[string]any{"enabled": false}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			classes := deviceClasses(t, tc.values)
+			if tc.driver == "" {
+				if len(classes) != 0 {
+					t.Errorf("DeviceClasses %v; want none", slices.Sorted(maps.Keys(classes)))
+				}
+				return
+			}
+			if len(classes) != 2 {
+				t.Errorf("DeviceClasses %v; want the NIC and GPU classes", slices.Sorted(maps.Keys(classes)))
+			}
+			for name, typ := range map[string]string{tc.driver: "nic", "gpu." + tc.driver: "gpu"} {
+				c, ok := classes[name]
+				if !ok {
+					t.Errorf("no DeviceClass %s", name)
+					continue
+				}
+				want := `device.driver == "` + tc.driver + `" && device.attributes["` + tc.driver + `"].type == "` + typ + `"`
+				if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != want {
+					t.Errorf("%s: selectors %+v; want the one CEL selector %s", name, c.Spec.Selectors, want)
+				}
+				ext := ""
+				if c.Spec.ExtendedResourceName != nil {
+					ext = *c.Spec.ExtendedResourceName
+				}
+				wantExt := ""
+				if typ == "nic" {
+					wantExt = tc.extended
+				}
+				if ext != wantExt {
+					t.Errorf("%s: extendedResourceName %q, want %q", name, ext, wantExt)
+				}
+			}
+		})
+	}
+}
+
+// The API and DRA values the chart refuses, each naming the value at
+// fault.
+func TestRenderRefusesDRA(t *testing.T) {
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"unknown api":              {map[string]any{"api": "both"}, `api "both": want deviceplugin or dra`},
+		"api in capitals":          {map[string]any{"api": "DRA"}, `api "DRA": want deviceplugin or dra`},
+		"driver name in capitals":  {withDRA(map[string]any{"driverName": "CXI.slingshot.hpe.com"}), "dra.driverName CXI.slingshot.hpe.com: want a DNS subdomain"},
+		"driver name with a quote": {withDRA(map[string]any{"driverName": `cxi"x`}), "want a DNS subdomain"},
+		"driver name too long":     {withDRA(map[string]any{"driverName": strings.Repeat("c", 60) + ".hpe.com"}), "at most 63 characters"},
+		"empty driver name":        {withDRA(map[string]any{"driverName": ""}), "want a DNS subdomain"},
+		"relative NRI socket":      {withDRA(map[string]any{"nriSocket": "nri/nri.sock"}), `dra.nriSocket "nri/nri.sock": want an absolute path`},
+		"no NRI socket":            {withDRA(map[string]any{"nriSocket": ""}), `dra.nriSocket ""`},
+		"NRI socket in /":          {withDRA(map[string]any{"nriSocket": "/nri.sock"}), "in a directory other than /"},
+		"extended without classes": {withDRA(map[string]any{"deviceClasses": false}), "dra.extendedResource.enabled needs dra.deviceClasses"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Render(ch, tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v; want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// Neither is checked with api deviceplugin.
+	if _, err := Render(ch, map[string]any{"dra": map[string]any{"driverName": "", "nriSocket": "", "deviceClasses": false}}); err != nil {
+		t.Errorf("api deviceplugin with unused dra values: %v", err)
+	}
+}
+
+// api dra on a cluster that does not serve resource.k8s.io/v1 is refused
+// with a message that says so (rather than Helm's "no matches for kind
+// DeviceClass" halfway through an install).
+func TestRenderRefusesDRAWithoutAPI(t *testing.T) {
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	caps.APIVersions = slices.DeleteFunc(slices.Clone(caps.APIVersions), func(v string) bool { return strings.HasPrefix(v, "resource.k8s.io/v1/") || v == "resource.k8s.io/v1" })
+	if caps.APIVersions.Has("resource.k8s.io/v1") {
+		t.Fatal("could not remove resource.k8s.io/v1 from the capabilities")
+	}
+	vals, err := chartutil.ToRenderValues(ch, dra, chartutil.ReleaseOptions{Name: releaseName, Namespace: releaseNamespace, IsInstall: true}, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.Engine{Strict: true}.Render(ch, vals)
+	if want := "api=dra needs a cluster that serves resource.k8s.io/v1"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err %v; want one containing %q", err, want)
+	}
+}
+
+// objectsOf decodes a YAML stream.
+func objectsOf(t *testing.T, stream string) []*Object {
+	t.Helper()
+	var objs []*Object
+	for _, doc := range splitDocuments([]byte(stream)) {
+		o, err := Decode(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// CheckDRA refuses what the API server would (a selector that does not
+// compile, a config or constraint naming no request of its claim, a
+// container naming no claim of its pod) and what would not work with the
+// chart (a class it does not make, a config for another driver, a
+// template the example does not make).
+func TestCheckDRA(t *testing.T) {
+	chartDRA := DRA{Driver: "cxi.slingshot.hpe.com", Classes: map[string]bool{"cxi.slingshot.hpe.com": true, "gpu.cxi.slingshot.hpe.com": true}}
+	template := func(devices string) string {
+		return `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: t, namespace: default}
+spec:
+  spec:
+    devices:
+` + devices
+	}
+	const nic = `      requests:
+      - name: nic
+        exactly: {deviceClassName: cxi.slingshot.hpe.com}
+`
+	pod := func(spec string) string {
+		return "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec:\n" + spec
+	}
+	job := func(spec string) string {
+		return "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: default}\nspec:\n  template:\n    spec:\n" + indent(spec, "    ")
+	}
+	const podSpec = `  resourceClaims:
+  - {name: nic, resourceClaimTemplateName: t}
+  containers:
+  - name: c
+    image: x
+    resources:
+      claims: [{name: nic}]
+`
+	for name, tc := range map[string]struct {
+		stream string
+		want   string // "": no error
+	}{
+		"good":     {stream: template(nic+"      config:\n      - requests: [nic]\n        opaque: {driver: cxi.slingshot.hpe.com, parameters: {vni: job}}\n") + pod(podSpec)},
+		"good Job": {stream: template(nic) + job(podSpec)},
+		"Job's container claim not in pod": {stream: template(nic) + job(strings.Replace(podSpec, "claims: [{name: nic}]", "claims: [{name: nics}]", 1)),
+			want: `Job default/j: container c uses claim "nics"`},
+		"other class": {stream: template("      requests:\n      - name: nic\n        exactly: {deviceClassName: nic.example.com}\n"),
+			want: `DeviceClass "nic.example.com" is not one of the chart's`},
+		"other class in firstAvailable": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n        - {name: b, deviceClassName: nic.example.com}\n"),
+			want: `firstAvailable[1].deviceClassName: DeviceClass "nic.example.com"`},
+		"subrequest named": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n      constraints:\n      - {requests: [nic/a, nic], matchAttribute: resource.kubernetes.io/pcieRoot}\n")},
+		"bad CEL": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.attributes[\"cxi.slingshot.hpe.com\"].nid >'}\n"),
+			want: "exactly.selectors[0].cel.expression"},
+		"CEL not bool": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.driver'}\n"),
+			want: "cel.expression"},
+		"config names no request": {stream: template(nic + "      config:\n      - requests: [nics]\n        opaque: {driver: cxi.slingshot.hpe.com, parameters: {}}\n"),
+			want: `spec.devices.config[0].requests names request "nics"`},
+		"constraint names no request": {stream: template(nic + "      constraints:\n      - {requests: [gpu], matchAttribute: resource.kubernetes.io/pcieRoot}\n"),
+			want: `spec.devices.constraints[0].requests names request "gpu"`},
+		"other driver": {stream: template(nic + "      config:\n      - opaque: {driver: gpu.example.com, parameters: {}}\n"),
+			want: `opaque.driver "gpu.example.com" is not the chart's driver`},
+		"container claim not in pod": {stream: template(nic) + pod(strings.Replace(podSpec, "claims: [{name: nic}]", "claims: [{name: nics}]", 1)),
+			want: `container c uses claim "nics"`},
+		"template not in file": {stream: pod(podSpec), want: "names ResourceClaimTemplate t, which the file does not make"},
+		"claim not in file":    {stream: pod(strings.Replace(podSpec, "resourceClaimTemplateName: t", "resourceClaimName: shared", 1)), want: "names ResourceClaim shared"},
+		"bad class CEL": {stream: "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: c}\nspec:\n  selectors:\n  - cel: {expression: 'device.atributes.x'}\n",
+			want: "spec.selectors[0].cel.expression"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			errs := CheckDRA(objectsOf(t, tc.stream), chartDRA)
+			if tc.want == "" {
+				for _, err := range errs {
+					t.Error(err)
+				}
+				return
+			}
+			for _, err := range errs {
+				if strings.Contains(err.Error(), tc.want) {
+					return
+				}
+			}
+			t.Errorf("errors %v; want one containing %q", errs, tc.want)
+		})
+	}
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString(prefix + line)
+	}
+	return b.String()
+}
+
+// The chart's DeviceClasses select the agent's devices by their published
+// attributes (the driver's ResourceSlice contract): the NIC class the
+// NICs, the GPU class the GPUs, neither a device of another driver.
+func TestDeviceClassesSelect(t *testing.T) {
+	const driver = "cxi.slingshot.hpe.com"
+	str := func(s string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &s} }
+	num := func(n int64) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{IntValue: &n} }
+	nic := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"type": str("nic"), "nid": num(0x1a2b), "linkSpeed": num(200000), "cassiniVersion": str("cassini2"), "hsnNetdev": str("hsn0"),
+		"resource.kubernetes.io/pcieRoot": str("pci0000:00"), "resource.kubernetes.io/numaNode": num(0),
+	}
+	gpu := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"type": str("gpu"), "machineType": str("mi300x"), "resource.kubernetes.io/pcieRoot": str("pci0000:00"),
+	}
+	devices := map[string]dracel.Device{
+		"cxi0":               {Driver: driver, Attributes: nic},
+		"gpu-0000:c1:00.0":   {Driver: driver, Attributes: gpu},
+		"other driver's NIC": {Driver: "nic.example.com", Attributes: nic},
+	}
+	want := map[string]string{driver: "cxi0", "gpu." + driver: "gpu-0000:c1:00.0"}
+	classes := deviceClasses(t, dra)
+	for name, class := range classes {
+		var got []string
+		for dev, d := range devices {
+			all := true
+			for _, s := range class.Spec.Selectors {
+				res := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(s.CEL.Expression, dracel.Options{})
+				if res.Error != nil {
+					t.Fatalf("%s: %v", name, res.Error)
+				}
+				ok, _, err := res.DeviceMatches(t.Context(), d)
+				if err != nil {
+					t.Fatalf("%s on %s: %v", name, dev, err)
+				}
+				all = all && ok
+			}
+			if all {
+				got = append(got, dev)
+			}
+		}
+		if len(got) != 1 || got[0] != want[name] {
+			t.Errorf("DeviceClass %s selects %v; want %s alone", name, got, want[name])
+		}
+	}
+	if len(classes) != len(want) {
+		t.Errorf("%d DeviceClasses, want %d", len(classes), len(want))
+	}
+}
