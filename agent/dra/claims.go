@@ -51,13 +51,6 @@ type NICDevice struct {
 	Drv     Services
 }
 
-// GPUDevice is a GPU of a machine type the claims may be allocated.
-type GPUDevice struct {
-	Name string
-	// DevPaths are the device nodes a container using it needs.
-	DevPaths []string
-}
-
 // Policy is the part of the agent's configuration services are made with.
 type Policy struct {
 	TCs    cxi.TrafficClasses
@@ -78,7 +71,6 @@ type ManagerConfig struct {
 	Node      string
 	StateDir  string
 	NICs      []NICDevice
-	GPUs      []GPUDevice
 	Leaser    Leaser
 	CDI       SpecWriter
 	Policy    func() Policy
@@ -101,7 +93,6 @@ type Manager struct {
 	cfg   ManagerConfig
 	log   *slog.Logger
 	nics  map[string]NICDevice
-	gpus  map[string]GPUDevice
 	store *store
 	m     *Metrics
 
@@ -126,13 +117,10 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.OpenNetns == nil {
 		cfg.OpenNetns = OpenNetns
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, gpus: map[string]GPUDevice{},
+	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{},
 		store: st, m: cfg.Metrics, held: map[string]Netns{}}
 	for _, n := range cfg.NICs {
 		m.nics[n.Name] = n
-	}
-	for _, g := range cfg.GPUs {
-		m.gpus[g.Name] = g
 	}
 	return m, nil
 }
@@ -201,9 +189,7 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
 			continue
 		}
 		if _, ok := m.nics[r.Device]; !ok {
-			if _, ok := m.gpus[r.Device]; !ok {
-				return nil, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
-			}
+			return nil, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
 		}
 		rec.Results = append(rec.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
 	}
@@ -390,13 +376,6 @@ func (m *Manager) writeSpec(rec *Record) error {
 	for _, r := range rec.Results {
 		if n, ok := m.nics[r.Device]; ok && !slices.Contains(nodes, n.DevPath) {
 			nodes = append(nodes, n.DevPath)
-		}
-		if g, ok := m.gpus[r.Device]; ok {
-			for _, p := range g.DevPaths {
-				if !slices.Contains(nodes, p) {
-					nodes = append(nodes, p)
-				}
-			}
 		}
 	}
 	if err := m.cfg.CDI.Write(cdiKey(rec.UID), cdispec.Edits{Env: m.env(rec), DeviceNodes: nodes}); err != nil {
