@@ -19,6 +19,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
 // Services is what the DRA path needs of one NIC's CXI services;
@@ -96,7 +97,7 @@ type Manager struct {
 	store *store
 	m     *Metrics
 
-	claimLocks keyedMutex
+	claimLocks keylock.Set
 	// leaseMu orders acquiring and releasing leases, so that a claim's
 	// release cannot cross another claim's acquire of the same lease.
 	leaseMu sync.Mutex
@@ -693,43 +694,6 @@ func OpenNetns(path string) (Netns, error) {
 		return nil, fmt.Errorf("network namespace %s has inode %d, not a 32-bit namespace inode", path, st.Ino)
 	}
 	return &fileNetns{f: f, inode: uint32(st.Ino)}, nil
-}
-
-// keyedMutex is a set of mutexes by key, made on demand and dropped when
-// unused.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// Lock locks key and returns its unlock function.
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // Resync holds again the namespaces of the bound claims of running pods,
