@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
@@ -84,6 +85,16 @@ func (a *parts) buildDRA(context.Context) error {
 			return dra.Policy{TCs: p.tcs, Limits: p.limits}
 		},
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
+		// NRI names the sandbox's namespace by its host path
+		// (/var/run/netns/cni-...), which the agent's container reaches
+		// through the host's root, <proc-root>/1/root, resolving links there.
+		OpenNetns: func(path string) (dra.Netns, error) {
+			p, err := netns.ResolveInRoot(filepath.Join(a.opts.ProcRoot, "1", "root"), path)
+			if err != nil {
+				return nil, fmt.Errorf("network namespace %s on the host: %w", path, err)
+			}
+			return dra.OpenNetns(p)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("DRA claims checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -64,7 +65,8 @@ func (w *Writer) DeviceName(key string) string { return w.kind + "=" + key }
 type Edits struct {
 	// Env is "NAME=value" entries.
 	Env []string
-	// DeviceNodes are host device paths mapped at the same path.
+	// DeviceNodes are host device paths (<dev-root>/cxiN); each is mapped
+	// at /dev/<name> in the container, whatever the host's dev root.
 	DeviceNodes []string
 }
 
@@ -72,7 +74,11 @@ type Edits struct {
 func (w *Writer) Write(key string, edits Edits) error {
 	dev := cdispecs.Device{Name: key, ContainerEdits: cdispecs.ContainerEdits{Env: edits.Env}}
 	for _, n := range edits.DeviceNodes {
-		dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, &cdispecs.DeviceNode{Path: n})
+		node := &cdispecs.DeviceNode{Path: "/dev/" + filepath.Base(n)}
+		if node.Path != n {
+			node.HostPath = n
+		}
+		dev.ContainerEdits.DeviceNodes = append(dev.ContainerEdits.DeviceNodes, node)
 	}
 	spec := &cdispecs.Spec{Version: cdispecs.CurrentVersion, Kind: w.kind, Devices: []cdispecs.Device{dev}}
 	version, err := cdispecs.MinimumRequiredVersion(spec)

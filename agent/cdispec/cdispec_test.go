@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
@@ -82,5 +83,35 @@ func TestNewRejectsBadKind(t *testing.T) {
 		if _, err := New(t.TempDir(), kind); err == nil {
 			t.Errorf("New(%q) succeeded", kind)
 		}
+	}
+}
+
+// TestDeviceNodeAtDev: a device node under another dev root (a test's, or
+// a container's view of the host's /dev) appears at /dev/<name> in the
+// container.
+func TestDeviceNodeAtDev(t *testing.T) {
+	dir := t.TempDir()
+	w, err := New(dir, "hpe.com/cxi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(t.TempDir(), "cxi0")
+	// A character device (/dev/null's numbers): the runtime refuses other files.
+	if err := unix.Mknod(host, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	if err := w.Write("claim-1", Edits{DeviceNodes: []string{host}}); err != nil {
+		t.Fatal(err)
+	}
+	runtime, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}}
+	if unresolved, err := runtime.InjectDevices(spec, w.DeviceName("claim-1")); err != nil {
+		t.Fatalf("InjectDevices: %v (unresolved %v)", err, unresolved)
+	}
+	if spec.Linux == nil || len(spec.Linux.Devices) != 1 || spec.Linux.Devices[0].Path != "/dev/cxi0" {
+		t.Fatalf("devices = %+v, want /dev/cxi0", spec.Linux)
 	}
 }

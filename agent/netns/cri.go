@@ -145,7 +145,7 @@ func (c CRI) openSandbox(info SandboxInfo) (*Handle, string, error) {
 	if info.NetnsPath == "" {
 		return nil, "", fmt.Errorf("%w: the runtime names neither a process nor a namespace path", ErrNotFound)
 	}
-	where, err := resolveInRoot(c.HostRoot, info.NetnsPath)
+	where, err := ResolveInRoot(c.HostRoot, info.NetnsPath)
 	if err == nil {
 		var h *Handle
 		if h, err = openNs(where, true); err == nil {
@@ -224,7 +224,7 @@ func FindCRISocket(hostRoot string, candidates ...string) (string, bool) {
 		if hostRoot == "" || hostRoot == "/" {
 			continue
 		}
-		if p, err := resolveInRoot(hostRoot, c); err == nil && isSocket(p) {
+		if p, err := ResolveInRoot(hostRoot, c); err == nil && isSocket(p) {
 			return p, true
 		}
 	}

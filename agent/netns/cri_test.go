@@ -334,9 +334,9 @@ func TestCRIThroughProcRoot(t *testing.T) {
 	f.add("sb2", "pod-2", ready, 100, podNet, crioInfo(t, 0, plain, true))
 	sock := shortSocketPath(t)
 	listenCRI(t, sock, f)
-	viaProc, err := resolveInRoot("/proc/self/root", sock)
+	viaProc, err := ResolveInRoot("/proc/self/root", sock)
 	if err != nil || viaProc != "/proc/self/root"+sock {
-		t.Fatalf("resolveInRoot = %q, %v", viaProc, err)
+		t.Fatalf("ResolveInRoot = %q, %v", viaProc, err)
 	}
 	c := CRI{Client: dialCRI(t, viaProc), HostRoot: "/proc/self/root", HostNetns: ns.host}
 	if got, err := openedInode(t.Context(), c, uid); err != nil || got != ns.podIno {

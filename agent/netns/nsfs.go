@@ -159,7 +159,7 @@ func checkNsfs(fd int, p string, st *unix.Stat_t) error {
 // kernel's MAXSYMLINKS does.
 const maxSymlinks = 40
 
-// resolveInRoot returns the path under root of the host path p, following
+// ResolveInRoot returns the path under root of the host path p, following
 // symbolic links as if root were "/": an absolute link target starts again
 // at root, and ".." never climbs above it. The host's "/var/run" is often
 // the link "/var/run -> /run", which the kernel, walking
@@ -168,7 +168,7 @@ const maxSymlinks = 40
 // With root "" or "/" p is returned as it is, for the kernel to resolve.
 // Otherwise a /proc/<pid>/ns/net magic link in p does not resolve, since
 // its target reads "net:[<inode>]"; runtimes name bind mounts, no links.
-func resolveInRoot(root, p string) (string, error) {
+func ResolveInRoot(root, p string) (string, error) {
 	if root == "" || root == "/" {
 		return p, nil
 	}

@@ -66,19 +66,19 @@ func TestResolveInRoot(t *testing.T) {
 	}
 	want := filepath.Join(root, "run/netns/cni-1")
 	for _, p := range []string{"/var/run/netns/cni-1", "/run/netns/cni-1", "/var/lib/run/netns/cni-1", "/up/netns/cni-1", "/../../run/./netns/cni-1"} {
-		if got, err := resolveInRoot(root, p); err != nil || got != want {
-			t.Errorf("resolveInRoot(%s) = %q, %v; want %q", p, got, err, want)
+		if got, err := ResolveInRoot(root, p); err != nil || got != want {
+			t.Errorf("ResolveInRoot(%s) = %q, %v; want %q", p, got, err, want)
 		}
 	}
-	if _, err := resolveInRoot(root, "/var/run/netns/gone"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("resolveInRoot of a missing file = %v, want ErrNotExist", err)
+	if _, err := ResolveInRoot(root, "/var/run/netns/gone"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ResolveInRoot of a missing file = %v, want ErrNotExist", err)
 	}
-	if _, err := resolveInRoot(root, "/loop/x"); !errors.Is(err, syscall.ELOOP) {
-		t.Errorf("resolveInRoot of a loop = %v, want ELOOP", err)
+	if _, err := ResolveInRoot(root, "/loop/x"); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("ResolveInRoot of a loop = %v, want ELOOP", err)
 	}
 	for _, r := range []string{"", "/"} {
-		if got, err := resolveInRoot(r, "/var/run/x"); err != nil || got != "/var/run/x" {
-			t.Errorf("resolveInRoot(%q) = %q, %v; want the path as it is", r, got, err)
+		if got, err := ResolveInRoot(r, "/var/run/x"); err != nil || got != "/var/run/x" {
+			t.Errorf("ResolveInRoot(%q) = %q, %v; want the path as it is", r, got, err)
 		}
 	}
 }
