@@ -9,6 +9,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/postrender"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -21,6 +22,9 @@ type Release struct {
 	Values map[string]any
 	// Timeout bounds the wait for the release's workloads to be ready.
 	Timeout time.Duration
+	// PostRenderer, when set, edits the rendered manifests before they
+	// are applied (what `helm install --post-renderer` runs).
+	PostRenderer postrender.PostRenderer
 	// Logf receives Helm's debug log; nil: discarded.
 	Logf func(format string, args ...any)
 }
@@ -54,8 +58,18 @@ func (r *Release) Install(ctx context.Context) error {
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = r.Name, r.Namespace, true
 	inst.Wait, inst.Timeout = true, r.Timeout
+	inst.PostRenderer = r.PostRenderer
 	if _, err := inst.RunWithContext(ctx, chart, r.Values); err != nil {
 		return fmt.Errorf("helm install %s: %w", r.Name, err)
 	}
 	return nil
+}
+
+// ChartValues returns the chart's default values (its values.yaml).
+func ChartValues(chartDir string) (map[string]any, error) {
+	chart, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	return chart.Values, nil
 }
