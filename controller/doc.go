@@ -33,7 +33,10 @@
 // NAME in the same namespace, shared on purpose by every job that names
 // it; the claim must exist, and is freed when it is deleted and no node
 // holds it). A claim is namespaced, so only workloads of its namespace can
-// join it.
+// join it. A request may name the scope itself, in the same grammar, as a
+// DRA ResourceClaim's config does ([Allocator.AcquireJobVNIWithPolicy],
+// AcquireJobVNIRequest.policy on the wire): it then replaces the
+// annotation's choice, and the rest is as above.
 //
 // Pod-scoped VNIs come from the nodes' slices of the pod VNI sub-range when
 // one is configured (the answer then says [Lease.FromNodeSlice] and the

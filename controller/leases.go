@@ -58,18 +58,44 @@ func (l *lease) info() Lease {
 // It is idempotent. Errors wrap ErrUnavailable, ErrInvalidArgument,
 // ErrNotFound (no such pod or claim), ErrOwnerGone or ErrExhausted.
 func (s *Allocator) AcquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+	return s.AcquireJobVNIWithPolicy(ctx, pod, node, "")
+}
+
+// AcquireJobVNIWithPolicy is AcquireJobVNI with the VNI scope named by the
+// caller, as a DRA ResourceClaim's config names it: policy, in
+// AnnotationVNI's grammar, replaces the policy of the pod's annotation
+// (or its owner's); "" keeps the annotation's. Everything else is as for
+// the annotation: "job" walks the pod's owners, "claim:NAME" needs the
+// VNIClaim to exist, "pod" may come from the node's slice. The pod is
+// still resolved (for its owner and network request), so a malformed
+// annotation is still an error. A malformed policy is a *FieldError for
+// the field "policy", as is a claim when the controller has no
+// Kubernetes API.
+func (s *Allocator) AcquireJobVNIWithPolicy(ctx context.Context, pod PodRef, node, policy string) (Lease, error) {
 	start := time.Now()
-	l, err := s.acquireJobVNI(ctx, pod, node)
+	l, err := s.acquireJobVNI(ctx, pod, node, policy)
 	s.m.observeAcquire("vni", time.Since(start), err)
 	return l, err
 }
 
-func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node string) (Lease, error) {
+func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node, policy string) (Lease, error) {
 	if err := validatePod(pod); err != nil {
 		return Lease{}, err
 	}
 	if err := validateNode(node, true); err != nil {
 		return Lease{}, err
+	}
+	var override *Policy
+	if policy != "" {
+		p, err := parsePolicy(policy, "policy")
+		if err != nil {
+			return Lease{}, err
+		}
+		if p.Mode == ModeClaim && s.res == nil {
+			// acquire would say so too, but would name the annotation.
+			return Lease{}, &FieldError{Field: "policy", Reason: "claims need the Kubernetes API; the controller runs without one"}
+		}
+		override = &p
 	}
 	if !s.Ready() {
 		return Lease{}, fmt.Errorf("%w: state is loading", ErrUnavailable)
@@ -81,6 +107,9 @@ func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node string) 
 		if res, err = s.res.ResolvePod(ctx, pod); err != nil {
 			return Lease{}, fmt.Errorf("resolve pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+	}
+	if override != nil {
+		res.Policy = *override
 	}
 	l, err := s.leaseFor(ctx, pod, res, node)
 	if err != nil {

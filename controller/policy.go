@@ -39,7 +39,11 @@ func validSubdomain(s string) bool { return len(s) <= 253 && dnsSubdomain.MatchS
 // ParsePolicy parses an AnnotationVNI value: "" or "job" (also "true"),
 // "none" (also "false"), "pod", or "claim:NAME". It returns a *FieldError
 // for anything else.
-func ParsePolicy(v string) (Policy, error) {
+func ParsePolicy(v string) (Policy, error) { return parsePolicy(v, "annotation "+AnnotationVNI) }
+
+// parsePolicy is ParsePolicy for a value read from field, which its
+// *FieldError names: the annotation, or a request's own policy.
+func parsePolicy(v, field string) (Policy, error) {
 	switch s := strings.TrimSpace(v); s {
 	case "", "job", "true":
 		return Policy{Mode: ModeJob}, nil
@@ -50,7 +54,7 @@ func ParsePolicy(v string) (Policy, error) {
 	default:
 		name, ok := strings.CutPrefix(s, "claim:")
 		if !ok || !validSubdomain(name) {
-			return Policy{}, &FieldError{Field: "annotation " + AnnotationVNI,
+			return Policy{}, &FieldError{Field: field,
 				Reason: fmt.Sprintf("%q: want none, job, pod or claim:NAME", v)}
 		}
 		return Policy{Mode: ModeClaim, Claim: name}, nil

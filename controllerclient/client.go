@@ -29,6 +29,12 @@ type PodRef struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	UID       string `json:"uid,omitempty"`
+	// Policy, when set, is the VNI scope of the pod's lease in the grammar
+	// of the annotation slingshot.hpe.com/vni ("job", "none", "pod" or
+	// "claim:NAME"), as a DRA ResourceClaim's config names it; the
+	// controller then uses it instead of the pod's annotation. Empty uses
+	// the annotation.
+	Policy string `json:"policy,omitempty"`
 }
 
 // Scope says whom a VNI belongs to.
@@ -261,15 +267,17 @@ func scopeOf(s apiv1.Scope) Scope {
 
 // AcquireJobVNI returns the VNI of the pod's job and records at the
 // controller that this node holds it; a pod-scoped VNI from the node's
-// slice comes from the local pool (Lease.Local). Errors match ErrNotFound,
-// ErrInvalidArgument, ErrOwnerGone, ErrExhausted, ErrUnavailable (after
-// retries), ErrDenied or ErrNoPodVNIPool.
+// slice comes from the local pool (Lease.Local). pod.Policy, when set,
+// chooses the scope instead of the pod's annotation. Errors match
+// ErrNotFound, ErrInvalidArgument (a malformed Policy too), ErrOwnerGone,
+// ErrExhausted, ErrUnavailable (after retries), ErrDenied or
+// ErrNoPodVNIPool.
 func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	var resp *apiv1.JobVNILease
 	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context) error {
 		var err error
 		resp, err = c.api.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{
-			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node})
+			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node, Policy: pod.Policy})
 		return err
 	})
 	if err != nil {

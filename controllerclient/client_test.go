@@ -12,8 +12,10 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/embedded"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
@@ -211,6 +213,76 @@ func TestRetriesAreBoundedAndReconnect(t *testing.T) {
 	}
 	if _, err := c.AcquireJobVNI(t.Context(), PodRef{Namespace: "A", Name: "p"}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("invalid argument is not retried into something else: %v", err)
+	}
+}
+
+// PodRef.Policy reaches a controller over gRPC and replaces the pod's
+// annotation there; empty keeps it.
+func TestAcquireJobVNIPolicy(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := controllertest.NewJobs()
+	jobs.Add("w-0", controllertest.Job("a", "train"))
+	jobs.SetPolicy("a", "w-0", controller.Policy{Mode: controller.ModeNone})
+	jobs.End(store.Owner{Namespace: "a", Name: "missing"}) // the claim "missing" does not exist
+	svc, _ := controllertest.Start(t, st, jobs, controller.Config{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	grpcapi.NewServer(svc, time.Minute).Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	c, err := Dial(lis.Addr().String(), Options{Node: "n1", Retry: backoff.Policy{Attempts: 3, Wait: noWait}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tests := []struct {
+		policy  string
+		scope   Scope
+		key     string
+		wantErr error
+	}{
+		{policy: "", scope: ScopeNone},
+		{policy: "job", scope: ScopeJob, key: "job/a/" + controllertest.Job("a", "train").UID},
+		{policy: "pod", scope: ScopePod, key: "pod/a/u-w-0"},
+		{policy: "claim:shared", scope: ScopeClaim, key: "claim/a/shared"},
+		{policy: "claim:missing", wantErr: ErrNotFound},
+		{policy: "claim", wantErr: ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		l, err := c.AcquireJobVNI(t.Context(), PodRef{Namespace: "a", Name: "w-0", UID: "u-w-0", Policy: tt.policy})
+		if tt.wantErr != nil {
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("policy %q: err = %v, want %v", tt.policy, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || l.Scope != tt.scope || l.Key != tt.key || (l.VNI != 0) != (tt.scope != ScopeNone) {
+			t.Errorf("policy %q: %+v %v, want scope %q key %q", tt.policy, l, err, tt.scope, tt.key)
+		}
+	}
+}
+
+// The in-process controller of the agent's embedded mode honours
+// PodRef.Policy too; with no Kubernetes API it has no claims.
+func TestEmbeddedPolicy(t *testing.T) {
+	ec := runController(t, controller.Config{})
+	c := newNodeClient(t, ec.API(), "n1")
+	runClient(t, c)
+	ctx := t.Context()
+	if l, err := c.AcquireJobVNI(ctx, PodRef{Namespace: "a", Name: "p", Policy: "none"}); err != nil || l.Scope != ScopeNone || l.VNI != 0 {
+		t.Fatalf("none: %+v %v", l, err)
+	}
+	if l, err := c.AcquireJobVNI(ctx, PodRef{Namespace: "a", Name: "p", Policy: "job"}); err != nil || l.Scope != ScopePod || l.VNI == 0 {
+		t.Fatalf("job with no owner to find: %+v %v, want pod-scoped", l, err)
+	}
+	if _, err := c.AcquireJobVNI(ctx, PodRef{Namespace: "a", Name: "p", Policy: "claim:shared"}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("claim: %v, want ErrInvalidArgument", err)
 	}
 }
 

@@ -28,7 +28,8 @@
 //	err = c.ReleaseIPSlice(ctx, "hsn0", 7)         // nil, ErrReleaseRefused, or unknown
 //
 // AcquireJobVNI asks the controller, which resolves the pod's controlling
-// owner; when the answer is a pod-scoped VNI from the node's slice, it is
+// owner (and takes the scope from [PodRef.Policy] instead of the pod's
+// annotation when it is set); when the answer is a pod-scoped VNI from the node's slice, it is
 // taken from the local pool and [Lease.Local] is set, so ReleaseJobVNI
 // returns it locally. [Client.PodVNI] never makes a network call: Run keeps
 // the pool filled ahead of need (the Kuryr port-pool idea: refill when

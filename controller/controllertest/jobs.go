@@ -11,17 +11,28 @@ import (
 
 // Jobs is a [controller.Resolver] over a table: pods by name, each with
 // the owner that controls it and its network request, and the owners that
-// are gone. Every pod gets the job policy (one VNI per owner).
+// are gone. Every pod gets the job policy (one VNI per owner) unless
+// SetPolicy gives it another.
 type Jobs struct {
 	mu      sync.Mutex
-	pods    map[string]store.Owner // namespace/name of the pod
-	network map[string]string      // namespace/name of the pod
-	gone    map[string]bool        // namespace/name of the owner
+	pods    map[string]store.Owner       // namespace/name of the pod
+	network map[string]string            // namespace/name of the pod
+	policy  map[string]controller.Policy // namespace/name of the pod
+	gone    map[string]bool              // namespace/name of the owner
 }
 
 // NewJobs returns an empty table.
 func NewJobs() *Jobs {
-	return &Jobs{pods: map[string]store.Owner{}, network: map[string]string{}, gone: map[string]bool{}}
+	return &Jobs{pods: map[string]store.Owner{}, network: map[string]string{},
+		policy: map[string]controller.Policy{}, gone: map[string]bool{}}
+}
+
+// SetPolicy sets the policy ResolvePod reports for the pod, as if its
+// [controller.AnnotationVNI] said so.
+func (j *Jobs) SetPolicy(namespace, pod string, p controller.Policy) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.policy[namespace+"/"+pod] = p
 }
 
 // SetNetworkRequest sets the pod's network request, the value of its
@@ -58,14 +69,18 @@ func (j *Jobs) ResolvePod(_ context.Context, p controller.PodRef) (controller.Re
 	j.mu.Lock()
 	owner, ok := j.pods[p.Namespace+"/"+p.Name]
 	network := j.network[p.Namespace+"/"+p.Name]
+	policy, set := j.policy[p.Namespace+"/"+p.Name]
 	j.mu.Unlock()
+	if !set {
+		policy = controller.Policy{Mode: controller.ModeJob}
+	}
 	if !ok {
 		return controller.Resolution{}, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, controller.ErrNotFound)
 	}
 	return controller.Resolution{
 		Pod:            store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
 		Owner:          &owner,
-		Policy:         controller.Policy{Mode: controller.ModeJob},
+		Policy:         policy,
 		NetworkRequest: network,
 	}, nil
 }

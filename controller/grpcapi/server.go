@@ -202,7 +202,8 @@ func (s *Server) AcquireJobVNI(ctx context.Context, req *apiv1.AcquireJobVNIRequ
 		return nil, err
 	}
 	p := req.GetPod()
-	l, err := s.svc.AcquireJobVNI(ctx, controller.PodRef{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()}, req.GetNode())
+	l, err := s.svc.AcquireJobVNIWithPolicy(ctx, controller.PodRef{Namespace: p.GetNamespace(), Name: p.GetName(), UID: p.GetUid()},
+		req.GetNode(), req.GetPolicy())
 	if err != nil {
 		return nil, Status(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -168,6 +169,62 @@ func TestRenewReportsVNIsInUse(t *testing.T) {
 	if len(keys) != 1 || keys[0] != kept.Key {
 		t.Fatalf("leases after the sweep: %v, want only %s (and not %s)", keys, kept.Key, lost.Key)
 	}
+}
+
+// AcquireJobVNIRequest.policy replaces the pod's annotation: a DRA claim
+// names the scope of its pod's lease.
+func TestAcquireJobVNIPolicy(t *testing.T) {
+	jobs := controllertest.NewJobs()
+	train := controllertest.Job("a", "train")
+	jobs.Add("w-0", train)
+	jobs.SetPolicy("a", "w-0", controller.Policy{Mode: controller.ModePod})
+	jobs.End(store.Owner{Namespace: "a", Name: "missing"}) // the claim "missing" does not exist
+	c, _ := serveWith(t, controller.Config{}, true, jobs, nil)
+	tests := []struct {
+		name      string
+		policy    string
+		scope     apiv1.Scope
+		key       string
+		code      codes.Code
+		wantField string // of the BadRequest, for InvalidArgument
+	}{
+		{name: "empty keeps the annotation", scope: apiv1.Scope_SCOPE_POD, key: "pod/a/u-w-0"},
+		{name: "job", policy: "job", scope: apiv1.Scope_SCOPE_JOB, key: "job/a/" + train.UID},
+		{name: "pod", policy: "pod", scope: apiv1.Scope_SCOPE_POD, key: "pod/a/u-w-0"},
+		{name: "none", policy: "none", scope: apiv1.Scope_SCOPE_NONE},
+		{name: "existing claim", policy: "claim:shared", scope: apiv1.Scope_SCOPE_CLAIM, key: "claim/a/shared"},
+		{name: "missing claim", policy: "claim:missing", code: codes.NotFound},
+		{name: "malformed", policy: "claim:Shared!", code: codes.InvalidArgument, wantField: "policy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := c.AcquireJobVNI(t.Context(), &apiv1.AcquireJobVNIRequest{
+				Pod: &apiv1.PodRef{Namespace: "a", Name: "w-0", Uid: "u-w-0"}, Node: "n1", Policy: tt.policy})
+			if status.Code(err) != tt.code {
+				t.Fatalf("err = %v, want code %v", err, tt.code)
+			}
+			if tt.code != codes.OK {
+				if tt.wantField != "" && badRequestField(err) != tt.wantField {
+					t.Fatalf("BadRequest field = %q, want %q (err %v)", badRequestField(err), tt.wantField, err)
+				}
+				return
+			}
+			if l.GetScope() != tt.scope || l.GetKey() != tt.key || (l.GetVni() != 0) != (tt.scope != apiv1.Scope_SCOPE_NONE) {
+				t.Fatalf("lease %v, want scope %v key %q", l, tt.scope, tt.key)
+			}
+		})
+	}
+}
+
+// badRequestField returns the first field a status error's BadRequest
+// names, "" if it has none.
+func badRequestField(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if b, ok := d.(*errdetails.BadRequest); ok && len(b.FieldViolations) > 0 {
+			return b.FieldViolations[0].Field
+		}
+	}
+	return ""
 }
 
 type fixedAuth struct{ id auth.Identity }

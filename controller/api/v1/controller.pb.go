@@ -231,9 +231,14 @@ func (x *OwnerRef) GetUid() string {
 }
 
 type AcquireJobVNIRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pod           *PodRef                `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pod   *PodRef                `protobuf:"bytes,1,opt,name=pod,proto3" json:"pod,omitempty"`
+	Node  string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// policy is the VNI scope for this lease in the grammar of the pod
+	// annotation slingshot.hpe.com/vni ("job", "none", "pod" or
+	// "claim:NAME"), as a DRA ResourceClaim's config names it; empty uses
+	// the pod's annotation. A malformed one is INVALID_ARGUMENT.
+	Policy        string `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +283,13 @@ func (x *AcquireJobVNIRequest) GetPod() *PodRef {
 func (x *AcquireJobVNIRequest) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *AcquireJobVNIRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
 	}
 	return ""
 }
@@ -1347,10 +1359,11 @@ const file_controller_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"]\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"u\n" +
 	"\x14AcquireJobVNIRequest\x121\n" +
 	"\x03pod\x18\x01 \x01(\v2\x1f.slingshot.controller.v1.PodRefR\x03pod\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"\xce\x02\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xce\x02\n" +
 	"\vJobVNILease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x124\n" +

@@ -1,0 +1,872 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// Services is what the DRA path needs of one NIC's CXI services;
+// *cxi.Client is one.
+type Services interface {
+	CreateUnbound(ctx context.Context, spec cxi.ServiceSpec) (cxi.Service, error)
+	Bind(ctx context.Context, id, inode uint32) (cxi.Service, error)
+	Destroy(ctx context.Context, id uint32) error
+	Get(ctx context.Context, id uint32) (cxi.Service, error)
+	List(ctx context.Context) ([]cxi.Service, error)
+}
+
+// Leaser leases VNIs from the controller; *controllerclient.Client is one.
+type Leaser interface {
+	AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error)
+	ReleaseJobVNI(ctx context.Context, lease controllerclient.Lease) error
+}
+
+// SpecWriter writes the claims' CDI specs; *cdispec.Writer is one.
+type SpecWriter interface {
+	DeviceName(key string) string
+	Write(key string, edits cdispec.Edits) error
+	Remove(key string) error
+}
+
+// NICDevice is a NIC the claims may be allocated.
+type NICDevice struct {
+	Name    string // "cxi0", also the device name in the ResourceSlice
+	DevPath string // host path of /dev/cxiN
+	Drv     Services
+}
+
+// GPUDevice is a GPU of a machine type the claims may be allocated.
+type GPUDevice struct {
+	Name string
+	// DevPaths are the device nodes a container using it needs.
+	DevPaths []string
+}
+
+// Policy is the part of the agent's configuration services are made with.
+type Policy struct {
+	TCs    cxi.TrafficClasses
+	Limits *cxi.Limits
+}
+
+// Env names, as Slurm's Slingshot plugin sets them.
+const (
+	EnvDevices = "SLINGSHOT_DEVICES"
+	EnvSvcIDs  = "SLINGSHOT_SVC_IDS"
+	EnvVNIs    = "SLINGSHOT_VNIS"
+	EnvTCs     = "SLINGSHOT_TCS"
+)
+
+// ManagerConfig is what a Manager is made of.
+type ManagerConfig struct {
+	Driver    string
+	Node      string
+	StateDir  string
+	NICs      []NICDevice
+	GPUs      []GPUDevice
+	Leaser    Leaser
+	CDI       SpecWriter
+	Policy    func() Policy
+	Logger    *slog.Logger
+	Metrics   *Metrics // nil: not measured
+	OpenNetns func(path string) (Netns, error)
+}
+
+// Netns is a network namespace held open: while it is, the kernel cannot
+// free it, so the inode the services name cannot pass to another one.
+type Netns interface {
+	Inode() uint32
+	Close() error
+}
+
+// Manager prepares, binds and unprepares claims. Its methods are safe for
+// concurrent use: the steps of one claim are ordered by the claim's lock,
+// and lease decisions by one lock of their own.
+type Manager struct {
+	cfg   ManagerConfig
+	log   *slog.Logger
+	nics  map[string]NICDevice
+	gpus  map[string]GPUDevice
+	store *store
+	m     *Metrics
+
+	claimLocks keyedMutex
+	// leaseMu orders acquiring and releasing leases, so that a claim's
+	// release cannot cross another claim's acquire of the same lease.
+	leaseMu sync.Mutex
+
+	nsMu sync.Mutex       // guards held
+	held map[string]Netns // claim UID → the namespace its services admit
+}
+
+// NewManager opens the claims' checkpoint and returns the Manager.
+func NewManager(cfg ManagerConfig) (*Manager, error) {
+	st, err := openStore(cfg.StateDir+"/"+StoreName, cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OpenNetns == nil {
+		cfg.OpenNetns = OpenNetns
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, gpus: map[string]GPUDevice{},
+		store: st, m: cfg.Metrics, held: map[string]Netns{}}
+	for _, n := range cfg.NICs {
+		m.nics[n.Name] = n
+	}
+	for _, g := range cfg.GPUs {
+		m.gpus[g.Name] = g
+	}
+	return m, nil
+}
+
+// Records returns a copy of every claim record.
+func (m *Manager) Records() []*Record { return m.store.all() }
+
+// cdiKey names a claim's CDI device: the claim UID, never reused.
+func cdiKey(uid string) string { return "claim-" + uid }
+
+// Prepare prepares a claim: it leases the VNI, creates a disabled,
+// memberless service on each of the claim's NICs and writes the CDI spec.
+// It is idempotent: a repeated call finds what was done and makes only
+// what is missing (after a reboot, the services and the spec).
+func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (devs []kubeletplugin.Device, err error) {
+	start := time.Now()
+	defer func() { m.m.observe("prepare", start, err) }()
+	uid := string(claim.UID)
+	unlock := m.claimLocks.Lock(uid)
+	defer unlock()
+
+	rec, recorded := m.store.get(uid)
+	if recorded && rec.Unpreparing {
+		// An Unprepare stopped half-way; the kubelet wants the claim again.
+		if err := m.teardown(ctx, rec); err != nil {
+			return nil, fmt.Errorf("claim %s: finish the interrupted unprepare first: %w", rec.Key(), err)
+		}
+		recorded = false
+	}
+	fresh := !recorded
+	if fresh {
+		if rec, err = m.newRecord(claim); err != nil {
+			return nil, err
+		}
+		if err := m.lease(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	created, err := m.ensureServices(ctx, rec)
+	if err == nil {
+		err = m.writeSpec(rec)
+	}
+	if err == nil {
+		rec.Prepared = true
+		if err = m.store.put(rec); err == nil {
+			err = m.store.save()
+		}
+	}
+	if err != nil {
+		m.rollback(ctx, rec, created, fresh)
+		return nil, err
+	}
+	m.log.Info("prepared claim", "claim", rec.Key(), "uid", uid, "vni", rec.VNI, "scope", rec.Scope, "services", rec.Services)
+	return m.devices(rec), nil
+}
+
+// newRecord reads the claim: its devices of this driver, its pods and its
+// configuration.
+func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
+	rec := &Record{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, Created: time.Now().UTC()}
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != m.cfg.Driver {
+			continue
+		}
+		if _, ok := m.nics[r.Device]; !ok {
+			if _, ok := m.gpus[r.Device]; !ok {
+				return nil, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
+			}
+		}
+		rec.Results = append(rec.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
+	}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource == "pods" && ref.APIGroup == "" {
+			rec.Pods = append(rec.Pods, PodRef{UID: string(ref.UID), Namespace: claim.Namespace, Name: ref.Name})
+		}
+	}
+	cfg, err := configOf(claim, m.cfg.Driver)
+	if err != nil {
+		return nil, err
+	}
+	rec.Config = cfg
+	return rec, nil
+}
+
+// lease leases the claim's VNI and records the claim durably before any
+// service exists, so that a crash leaves nothing a restart cannot find.
+func (m *Manager) lease(ctx context.Context, rec *Record) error {
+	if len(rec.Pods) == 0 {
+		return fmt.Errorf("claim %s is reserved for no pod: whose job it serves is unknown", rec.Key())
+	}
+	pod := rec.Pods[0]
+	m.leaseMu.Lock()
+	defer m.leaseMu.Unlock()
+	l, err := m.cfg.Leaser.AcquireJobVNI(ctx, controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: rec.Config.VNI})
+	if err != nil {
+		return fmt.Errorf("lease VNI for claim %s (pod %s/%s): %w", rec.Key(), pod.Namespace, pod.Name, err)
+	}
+	rec.LeaseKey, rec.VNI, rec.Scope, rec.Local = l.Key, l.VNI, string(l.Scope), l.Local
+	if err := m.store.put(rec); err == nil {
+		err = m.store.save()
+		if err == nil {
+			return nil
+		}
+	}
+	m.store.remove(rec.UID)
+	m.releaseLocked(ctx, rec)
+	return fmt.Errorf("record claim %s: %w", rec.Key(), err)
+}
+
+// nicsOf are the claim's NICs, in allocation order, once each.
+func (m *Manager) nicsOf(rec *Record) []NICDevice {
+	var out []NICDevice
+	for _, r := range rec.Results {
+		if n, ok := m.nics[r.Device]; ok && !slices.ContainsFunc(out, func(x NICDevice) bool { return x.Name == n.Name }) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ensureServices makes sure the claim has a service on each of its NICs,
+// carrying its VNI; a service the driver lost (a reboot) is made again,
+// unbound. It returns the services made in this call.
+func (m *Manager) ensureServices(ctx context.Context, rec *Record) ([]Service, error) {
+	if rec.VNI == 0 {
+		return nil, nil // vni: none; the devices alone
+	}
+	var created []Service
+	for _, n := range m.nicsOf(rec) {
+		i := slices.IndexFunc(rec.Services, func(s Service) bool { return s.NIC == n.Name })
+		if i >= 0 {
+			svc, err := n.Drv.Get(ctx, rec.Services[i].ID)
+			switch {
+			case err == nil && slices.Contains(svc.VNIs, rec.VNI):
+				continue
+			case err == nil, errors.Is(err, cxi.ErrNotFound):
+				m.log.Warn("a prepared claim's service is gone or changed; making it again", "claim", rec.Key(), "nic", n.Name, "id", rec.Services[i].ID)
+				if err == nil {
+					if derr := n.Drv.Destroy(ctx, rec.Services[i].ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
+						return created, fmt.Errorf("replace service %d on %s: %w", rec.Services[i].ID, n.Name, derr)
+					}
+				}
+				rec.Services = slices.Delete(rec.Services, i, i+1)
+			default:
+				return created, fmt.Errorf("check service %d on %s: %w", rec.Services[i].ID, n.Name, err)
+			}
+		}
+		s, err := m.createUnbound(ctx, rec, n)
+		if err != nil {
+			return created, err
+		}
+		created = append(created, s)
+		rec.Services = append(rec.Services, s)
+		if err := m.store.put(rec); err != nil {
+			return created, err
+		}
+	}
+	return created, nil
+}
+
+func (m *Manager) createUnbound(ctx context.Context, rec *Record, n NICDevice) (Service, error) {
+	pol := m.cfg.Policy()
+	svc, err := n.Drv.CreateUnbound(ctx, cxi.ServiceSpec{VNIs: []uint16{rec.VNI}, TCs: pol.TCs, Limits: pol.Limits})
+	if err != nil {
+		m.m.error("create")
+		return Service{}, fmt.Errorf("claim %s: create service on %s: %w", rec.Key(), n.Name, err)
+	}
+	return Service{NIC: n.Name, ID: svc.ID}, nil
+}
+
+// rollback undoes a failed Prepare: the services made in this call, and
+// for a claim seen for the first time its lease and record.
+func (m *Manager) rollback(ctx context.Context, rec *Record, created []Service, fresh bool) {
+	for _, s := range created {
+		if err := m.nics[s.NIC].Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+			m.log.Error("rollback: destroy service", "claim", rec.Key(), "nic", s.NIC, "id", s.ID, "err", err)
+			continue // stays recorded: Unprepare or a retried Prepare takes it
+		}
+		rec.Services = slices.DeleteFunc(rec.Services, func(x Service) bool { return x == s })
+	}
+	if fresh && len(rec.Services) == 0 {
+		_ = m.cfg.CDI.Remove(cdiKey(rec.UID))
+		m.leaseMu.Lock()
+		released := m.releaseLocked(ctx, rec)
+		m.leaseMu.Unlock()
+		if released {
+			m.store.remove(rec.UID)
+		} else if err := m.store.put(rec); err != nil {
+			m.log.Error("rollback: record", "claim", rec.Key(), "err", err)
+		}
+	} else if err := m.store.put(rec); err != nil {
+		m.log.Error("rollback: record", "claim", rec.Key(), "err", err)
+	}
+	if err := m.store.save(); err != nil {
+		m.log.Error("rollback: save", "err", err)
+	}
+}
+
+// releaseLocked gives up the claim's hold on its lease: at the controller
+// when no other claim of this node holds it. It reports whether the hold
+// is gone. m.leaseMu is held.
+func (m *Manager) releaseLocked(ctx context.Context, rec *Record) bool {
+	if rec.Released || rec.LeaseKey == "" && !rec.Local {
+		rec.Released = true
+		return true
+	}
+	if !rec.Local && m.store.holders(rec.LeaseKey, rec.UID) > 0 {
+		rec.Released = true
+		return true // other claims on this node run on the VNI
+	}
+	l := controllerclient.Lease{Key: rec.LeaseKey, VNI: rec.VNI, Scope: controllerclient.Scope(rec.Scope), Local: rec.Local}
+	if err := m.cfg.Leaser.ReleaseJobVNI(ctx, l); err != nil {
+		m.log.Warn("release VNI; will retry", "claim", rec.Key(), "vni", rec.VNI, "err", err)
+		return false
+	}
+	rec.Released = true
+	return true
+}
+
+// env is the claim's SLINGSHOT_* environment.
+func (m *Manager) env(rec *Record) []string {
+	var devs, ids []string
+	for _, n := range m.nicsOf(rec) {
+		devs = append(devs, n.Name)
+		for _, s := range rec.Services {
+			if s.NIC == n.Name {
+				ids = append(ids, strconv.FormatUint(uint64(s.ID), 10))
+			}
+		}
+	}
+	vnis := ""
+	if rec.VNI != 0 {
+		vnis = strconv.Itoa(int(rec.VNI))
+	}
+	name := func(base string) string {
+		if rec.Config.EnvSuffix == "" {
+			return base
+		}
+		return base + "_" + rec.Config.EnvSuffix
+	}
+	return []string{
+		name(EnvDevices) + "=" + strings.Join(devs, ","),
+		name(EnvSvcIDs) + "=" + strings.Join(ids, ","),
+		name(EnvVNIs) + "=" + vnis,
+		name(EnvTCs) + "=" + m.cfg.Policy().TCs.String(),
+	}
+}
+
+// writeSpec writes the claim's CDI spec: its device nodes and environment.
+func (m *Manager) writeSpec(rec *Record) error {
+	var nodes []string
+	for _, r := range rec.Results {
+		if n, ok := m.nics[r.Device]; ok && !slices.Contains(nodes, n.DevPath) {
+			nodes = append(nodes, n.DevPath)
+		}
+		if g, ok := m.gpus[r.Device]; ok {
+			for _, p := range g.DevPaths {
+				if !slices.Contains(nodes, p) {
+					nodes = append(nodes, p)
+				}
+			}
+		}
+	}
+	if err := m.cfg.CDI.Write(cdiKey(rec.UID), cdispec.Edits{Env: m.env(rec), DeviceNodes: nodes}); err != nil {
+		return fmt.Errorf("claim %s: %w", rec.Key(), err)
+	}
+	return nil
+}
+
+// devices is Prepare's answer: each allocated device, the first carrying
+// the claim's CDI device (one spec has every node and the environment).
+func (m *Manager) devices(rec *Record) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(rec.Results))
+	for i, r := range rec.Results {
+		d := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device}
+		if i == 0 {
+			d.CDIDeviceIDs = []string{m.cfg.CDI.DeviceName(cdiKey(rec.UID))}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Unprepare undoes Prepare for claim uid: it destroys the services,
+// removes the CDI spec and releases the VNI. A claim it does not know is
+// not an error (the kubelet may ask twice). What cannot be undone yet
+// (a service still busy, the controller unreachable) stays recorded, and
+// the error asks the kubelet to call again.
+func (m *Manager) Unprepare(ctx context.Context, uid string) (err error) {
+	start := time.Now()
+	defer func() { m.m.observe("unprepare", start, err) }()
+	unlock := m.claimLocks.Lock(uid)
+	defer unlock()
+	rec, ok := m.store.get(uid)
+	if !ok {
+		return nil
+	}
+	if !rec.Unpreparing {
+		rec.Unpreparing = true
+		if err := m.store.put(rec); err != nil {
+			return err
+		}
+		if err := m.store.save(); err != nil {
+			return err
+		}
+	}
+	if err := m.teardown(ctx, rec); err != nil {
+		return err
+	}
+	m.log.Info("unprepared claim", "claim", rec.Key(), "uid", uid, "vni", rec.VNI)
+	return nil
+}
+
+// teardown destroys what the record holds and drops it, recording its
+// progress so that a later call resumes. The claim's lock is held.
+func (m *Manager) teardown(ctx context.Context, rec *Record) error {
+	var errs []error
+	for _, s := range slices.Clone(rec.Services) {
+		n, ok := m.nics[s.NIC]
+		if ok {
+			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+				m.m.error("destroy")
+				errs = append(errs, fmt.Errorf("destroy service %d on %s: %w", s.ID, s.NIC, err))
+				continue
+			}
+		}
+		rec.Services = slices.DeleteFunc(rec.Services, func(x Service) bool { return x == s })
+	}
+	if len(errs) == 0 {
+		m.releaseNetns(rec.UID)
+		if err := m.cfg.CDI.Remove(cdiKey(rec.UID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		m.leaseMu.Lock()
+		if !m.releaseLocked(ctx, rec) {
+			errs = append(errs, fmt.Errorf("release VNI %d of claim %s: the controller did not answer", rec.VNI, rec.Key()))
+		}
+		m.leaseMu.Unlock()
+	}
+	if len(errs) == 0 {
+		m.store.remove(rec.UID)
+	} else if err := m.store.put(rec); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.store.save(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("unprepare claim %s: %w", rec.Key(), errors.Join(errs...))
+	}
+	return nil
+}
+
+// ErrNotBound is returned when a pod's services do not admit its current
+// network namespace: its containers must not start.
+var ErrNotBound = errors.New("CXI services not bound to the pod's network namespace")
+
+// Sandbox is a pod's sandbox as the runtime reports it.
+type Sandbox struct {
+	UID, Namespace, Name string
+	// NetnsPath is the sandbox's network namespace; empty when the pod
+	// shares the host's (hostNetwork).
+	NetnsPath string
+}
+
+func (s Sandbox) key() string { return s.Namespace + "/" + s.Name }
+
+// claimsOf are the UIDs of the records reserved for pod uid.
+func (m *Manager) claimsOf(uid string) []string {
+	var out []string
+	for _, r := range m.store.all() {
+		if r.reservedFor(uid) {
+			out = append(out, r.UID)
+		}
+	}
+	return out
+}
+
+// Bind admits the sandbox's network namespace to the services of every
+// claim reserved for its pod and enables them. A sandbox made again (a
+// new namespace) gets new services on the same VNI, and the claim's CDI
+// spec names them. A pod with claims but no namespace of its own is
+// refused: the member would be the host's namespace.
+func (m *Manager) Bind(ctx context.Context, sb Sandbox) (err error) {
+	uids := m.claimsOf(sb.UID)
+	if len(uids) == 0 {
+		return nil
+	}
+	start := time.Now()
+	defer func() { m.m.observe("bind", start, err) }()
+	if sb.NetnsPath == "" {
+		return fmt.Errorf("%w: pod %s has claims of %s but no network namespace of its own (hostNetwork); a service admitting the host's namespace would admit every host process",
+			ErrNotBound, sb.key(), m.cfg.Driver)
+	}
+	var errs []error
+	for _, uid := range uids {
+		if err := m.bindClaim(ctx, uid, sb); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
+	unlock := m.claimLocks.Lock(uid)
+	defer unlock()
+	rec, ok := m.store.get(uid)
+	switch {
+	case !ok:
+		return nil // unprepared meanwhile
+	case rec.Unpreparing || !rec.Prepared:
+		return fmt.Errorf("%w: claim %s is not prepared", ErrNotBound, rec.Key())
+	case rec.BoundPod != "" && rec.BoundPod != sb.UID:
+		return fmt.Errorf("%w: claim %s is bound to pod %s on this node; its services admit one pod's namespace (give each pod its claim with a ResourceClaimTemplate)",
+			ErrNotBound, rec.Key(), rec.BoundPod)
+	}
+	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
+	if err != nil {
+		return fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
+	}
+	inode := ns.Inode()
+	keep := false
+	defer func() {
+		if !keep {
+			_ = ns.Close()
+		}
+	}()
+	replaced := false
+	for i, s := range rec.Services {
+		n := m.nics[s.NIC]
+		if s.Netns != 0 && s.Netns != inode {
+			// The sandbox was made again: the old namespace cannot be
+			// dropped from the service, so the service goes.
+			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+				return fmt.Errorf("%w: claim %s: replace service %d on %s: %w", ErrNotBound, rec.Key(), s.ID, s.NIC, err)
+			}
+			fresh, err := m.createUnbound(ctx, rec, n)
+			if err != nil {
+				rec.Services = slices.Delete(rec.Services, i, i+1)
+				_ = m.store.put(rec)
+				_ = m.store.save()
+				return fmt.Errorf("%w: %w", ErrNotBound, err)
+			}
+			s = fresh
+			replaced = true
+		}
+		if _, err := n.Drv.Bind(ctx, s.ID, inode); err != nil {
+			m.m.error("bind")
+			rec.Services[i] = s
+			_ = m.store.put(rec)
+			_ = m.store.save()
+			return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
+		}
+		s.Netns = inode
+		rec.Services[i] = s
+	}
+	rec.BoundPod = sb.UID
+	if err := m.store.put(rec); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBound, err)
+	}
+	if replaced {
+		if err := m.writeSpec(rec); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotBound, err)
+		}
+	}
+	if err := m.store.save(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBound, err)
+	}
+	m.holdNetns(uid, ns)
+	keep = true
+	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
+	return nil
+}
+
+// Check reports whether a container of the sandbox's pod may start: every
+// service of every claim reserved for it admits the sandbox's current
+// namespace alone and is enabled, as the driver says now. It returns the
+// environment that names the services as they are, for the runtime to
+// set over the CDI spec's (which a replaced service made stale).
+func (m *Manager) Check(ctx context.Context, sb Sandbox) ([]string, error) {
+	uids := m.claimsOf(sb.UID)
+	if len(uids) == 0 {
+		return nil, nil
+	}
+	if sb.NetnsPath == "" {
+		return nil, fmt.Errorf("%w: pod %s has no network namespace of its own", ErrNotBound, sb.key())
+	}
+	inode, err := netnsInode(sb.NetnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
+	}
+	var env []string
+	for _, uid := range uids {
+		rec, ok := m.store.get(uid)
+		if !ok {
+			continue
+		}
+		if rec.BoundPod != sb.UID {
+			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.key())
+		}
+		for _, s := range rec.Services {
+			svc, err := m.nics[s.NIC].Drv.Get(ctx, s.ID)
+			if err != nil {
+				return nil, fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
+			}
+			want := cxi.Member{Type: cxi.MemberNetNS, ID: inode}
+			if !svc.Enabled || !svc.RestrictedMembers || !slices.Equal(svc.Members, []cxi.Member{want}) || !slices.Contains(svc.VNIs, rec.VNI) {
+				return nil, fmt.Errorf("%w: claim %s: service %d on %s is enabled=%v with members %v and VNIs %v, want enabled with netns %d alone and VNI %d",
+					ErrNotBound, rec.Key(), s.ID, s.NIC, svc.Enabled, svc.Members, svc.VNIs, inode, rec.VNI)
+			}
+		}
+		env = append(env, m.env(rec)...)
+	}
+	return env, nil
+}
+
+// holdNetns keeps ns open for claim uid, closing the one held before.
+func (m *Manager) holdNetns(uid string, ns Netns) {
+	m.nsMu.Lock()
+	old := m.held[uid]
+	m.held[uid] = ns
+	m.nsMu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+func (m *Manager) releaseNetns(uid string) {
+	m.nsMu.Lock()
+	old := m.held[uid]
+	delete(m.held, uid)
+	m.nsMu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+}
+
+// Close closes the namespaces held.
+func (m *Manager) Close() {
+	m.nsMu.Lock()
+	held := m.held
+	m.held = map[string]Netns{}
+	m.nsMu.Unlock()
+	for _, ns := range held {
+		_ = ns.Close()
+	}
+}
+
+// fileNetns is a namespace held by an open file.
+type fileNetns struct {
+	f     *os.File
+	inode uint32
+}
+
+func (n *fileNetns) Inode() uint32 { return n.inode }
+func (n *fileNetns) Close() error  { return n.f.Close() }
+
+// OpenNetns opens the namespace at path (a bind mount under /var/run/netns
+// or /proc/PID/ns/net) and reads its inode.
+func OpenNetns(path string) (Netns, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open network namespace: %w", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("stat network namespace %s: %w", path, err)
+	}
+	if st.Ino == 0 || st.Ino > 0xffffffff {
+		_ = f.Close()
+		return nil, fmt.Errorf("network namespace %s has inode %d, not a 32-bit namespace inode", path, st.Ino)
+	}
+	return &fileNetns{f: f, inode: uint32(st.Ino)}, nil
+}
+
+func netnsInode(path string) (uint32, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat network namespace: %w", err)
+	}
+	if st.Ino == 0 || st.Ino > 0xffffffff {
+		return 0, fmt.Errorf("network namespace %s has inode %d", path, st.Ino)
+	}
+	return uint32(st.Ino), nil
+}
+
+// keyedMutex is a set of mutexes by key, made on demand and dropped when
+// unused.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// Lock locks key and returns its unlock function.
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Resync holds again the namespaces of the bound claims of running pods,
+// after a restart of the agent or the runtime; a pod whose namespace is
+// not the one its services admit is logged, and bound anew when its
+// sandbox runs again.
+func (m *Manager) Resync(sandboxes []Sandbox) {
+	byUID := map[string]Sandbox{}
+	for _, sb := range sandboxes {
+		byUID[sb.UID] = sb
+	}
+	for _, rec := range m.store.all() {
+		sb, ok := byUID[rec.BoundPod]
+		if !ok || len(rec.Services) == 0 || sb.NetnsPath == "" {
+			continue
+		}
+		ns, err := m.cfg.OpenNetns(sb.NetnsPath)
+		if err != nil {
+			m.log.Warn("namespace of a bound claim's pod cannot be opened; its services stay", "claim", rec.Key(), "err", err)
+			continue
+		}
+		if ns.Inode() != rec.Services[0].Netns {
+			m.log.Warn("a running pod's namespace is not the one its claim's services admit", "claim", rec.Key(),
+				"netns", rec.Services[0].Netns, "now", ns.Inode())
+			_ = ns.Close()
+			continue
+		}
+		m.holdNetns(rec.UID, ns)
+	}
+}
+
+// ReconcileReport counts what Reconcile did.
+type ReconcileReport struct {
+	Kept, Recreated, Finished, Orphans int
+}
+
+// Reconcile brings the driver and the records together at start: an
+// interrupted Unprepare is finished, a prepared claim's service the driver
+// lost (a reboot) is made again, unbound, and its spec rewritten; a
+// disabled service admitting nobody that no record names, with a VNI in
+// [lo, hi], is a Prepare that crashed before recording it and is
+// destroyed. Nothing else is touched: a failed read destroys nothing.
+func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport, error) {
+	var rep ReconcileReport
+	for _, rec := range m.store.all() {
+		unlock := m.claimLocks.Lock(rec.UID)
+		switch {
+		case rec.Unpreparing:
+			if err := m.teardown(ctx, rec); err != nil {
+				m.log.Warn("finish interrupted unprepare; the kubelet's next call retries", "claim", rec.Key(), "err", err)
+			} else {
+				rep.Finished++
+			}
+		default:
+			before := len(rec.Services)
+			created, err := m.ensureServices(ctx, rec)
+			if err != nil {
+				m.log.Error("re-create a prepared claim's services", "claim", rec.Key(), "err", err)
+			}
+			rep.Recreated += len(created)
+			rep.Kept += before - len(created)
+			if len(created) > 0 {
+				for i := range rec.Services {
+					if slices.ContainsFunc(created, func(s Service) bool { return s == rec.Services[i] }) {
+						rec.Services[i].Netns = 0
+					}
+				}
+				if rec.Prepared {
+					if err := m.writeSpec(rec); err != nil {
+						m.log.Error("rewrite a claim's CDI spec", "claim", rec.Key(), "err", err)
+					}
+				}
+			}
+			if err := m.store.put(rec); err != nil {
+				m.log.Error("record claim", "claim", rec.Key(), "err", err)
+			}
+		}
+		unlock()
+	}
+	owned := map[string]map[uint32]bool{}
+	for _, rec := range m.store.all() {
+		for _, s := range rec.Services {
+			if owned[s.NIC] == nil {
+				owned[s.NIC] = map[uint32]bool{}
+			}
+			owned[s.NIC][s.ID] = true
+		}
+	}
+	for name, n := range m.nics {
+		svcs, err := n.Drv.List(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("list services on %s: %w", name, err)
+		}
+		for _, s := range svcs {
+			if owned[name][s.ID] || s.IsDefault() || s.System || s.Enabled || len(s.Members) != 0 || !s.RestrictedMembers {
+				continue
+			}
+			if len(s.VNIs) == 0 || slices.ContainsFunc(s.VNIs, func(v uint16) bool { return v < lo || v > hi }) {
+				continue
+			}
+			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+				m.log.Error("destroy an unrecorded unbound service", "nic", name, "id", s.ID, "err", err)
+				continue
+			}
+			rep.Orphans++
+			m.log.Info("destroyed an unbound service no claim records (a prepare that crashed)", "nic", name, "id", s.ID, "vnis", s.VNIs)
+		}
+	}
+	return rep, m.store.save()
+}

@@ -1,0 +1,143 @@
+package dra
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/utils/ptr"
+)
+
+// Device types, the value of the attribute "type".
+const (
+	TypeNIC = "nic"
+	TypeGPU = "gpu"
+)
+
+// NIC is what the ResourceSlice says of one NIC.
+type NIC struct {
+	// Name is the device name, "cxi0".
+	Name       string
+	PCIAddress string
+	// PCIeRoot is the root complex, "pci0000:20"; empty when unknown.
+	PCIeRoot string
+	NUMANode int // -1 when unknown
+	NID      uint32
+	// LinkSpeedMbps is the link speed; 0 when down or unknown.
+	LinkSpeedMbps int
+	// Cassini is the generation, "cassini1" or "cassini2".
+	Cassini string
+	// NetDev is the hsn netdev, "hsn0"; empty when none.
+	NetDev string
+	// Services is how many services the NIC can hold beside the default
+	// one (its free RGIDs); TLEs its trigger list entries. 0: unknown.
+	Services, TLEs int
+	// Unhealthy, when not empty, says why the NIC is tainted.
+	Unhealthy string
+}
+
+// GPU is what the ResourceSlice says of one GPU of a machine type.
+type GPU struct {
+	// Name is the device name, "gpu-0000-17-00-0".
+	Name        string
+	PCIAddress  string
+	PCIeRoot    string
+	NUMANode    int
+	MachineType string
+	Product     string
+}
+
+// GPUDeviceName is the device name of the GPU at a PCI address.
+func GPUDeviceName(pciAddress string) string {
+	return "gpu-" + strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(pciAddress))
+}
+
+// TaintKey is the taint of an unhealthy NIC, under the driver's name.
+func TaintKey(driver string) string { return driver + "/unhealthy" }
+
+// taintValue makes a health reason a label value (63 characters of
+// [A-Za-z0-9_.-], beginning and ending with an alphanumeric).
+var notLabel = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+func taintValue(reason string) string {
+	v := notLabel.ReplaceAllString(reason, "-")
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return strings.Trim(v, "-_.")
+}
+
+// Devices are the node's devices as its ResourceSlice lists them: the
+// NICs, then the GPUs. Attributes without a domain belong to the driver's.
+func Devices(driver string, nics []NIC, gpus []GPU) []resourceapi.Device {
+	out := make([]resourceapi.Device, 0, len(nics)+len(gpus))
+	for _, n := range nics {
+		d := resourceapi.Device{
+			Name: n.Name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"type":           {StringValue: ptr.To(TypeNIC)},
+				"nid":            {IntValue: ptr.To(int64(n.NID))},
+				"linkSpeed":      {IntValue: ptr.To(int64(n.LinkSpeedMbps))},
+				"cassiniVersion": {StringValue: ptr.To(n.Cassini)},
+				deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(n.PCIAddress)},
+			},
+		}
+		if n.NetDev != "" {
+			d.Attributes["hsnNetdev"] = resourceapi.DeviceAttribute{StringValue: ptr.To(n.NetDev)}
+		}
+		addPlacement(d.Attributes, n.PCIeRoot, n.NUMANode)
+		if n.Services > 0 || n.TLEs > 0 {
+			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+			if n.Services > 0 {
+				d.Capacity["services"] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n.Services), resource.DecimalSI)}
+			}
+			if n.TLEs > 0 {
+				d.Capacity["tles"] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n.TLEs), resource.DecimalSI)}
+			}
+		}
+		if n.Unhealthy != "" {
+			d.Taints = []resourceapi.DeviceTaint{{Key: TaintKey(driver), Value: taintValue(n.Unhealthy), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		out = append(out, d)
+	}
+	for _, g := range gpus {
+		d := resourceapi.Device{
+			Name: g.Name,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"type":        {StringValue: ptr.To(TypeGPU)},
+				"machineType": {StringValue: ptr.To(g.MachineType)},
+				deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(g.PCIAddress)},
+			},
+		}
+		if g.Product != "" {
+			d.Attributes["product"] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.Product)}
+		}
+		addPlacement(d.Attributes, g.PCIeRoot, g.NUMANode)
+		out = append(out, d)
+	}
+	return out
+}
+
+// addPlacement adds the standard attributes that let a claim put devices
+// on one PCIe root or NUMA node.
+func addPlacement(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, root string, numa int) {
+	if root != "" {
+		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: ptr.To(root)}
+	}
+	if numa >= 0 {
+		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(numa))}
+	}
+}
+
+// checkDeviceName refuses names a ResourceSlice cannot carry (a DNS label).
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+func checkDeviceName(name string) error {
+	if !dnsLabel.MatchString(name) {
+		return fmt.Errorf("device name %q is not a DNS label", name)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package dra
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the DRA path's Prometheus metrics; a nil *Metrics measures
+// nothing.
+type Metrics struct {
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+}
+
+// NewMetrics makes the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_dra_operation_seconds",
+			Help:    "Duration of the DRA path's operations: prepare and unprepare (kubelet calls, per claim), bind (NRI RunPodSandbox, per pod).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"op", "result"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_dra_service_errors_total",
+			Help: "CXI service operations of the DRA path that failed, by op: create, bind, destroy.",
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.duration, m.errors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, op := range []string{"create", "bind", "destroy"} {
+		m.errors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(op string, start time.Time, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.duration.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
+}
+
+func (m *Metrics) error(op string) {
+	if m != nil {
+		m.errors.WithLabelValues(op).Inc()
+	}
+}
