@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("validate-manifests", flag.ContinueOnError)
 	root := fs.String("root", "../..", "the repository's root `directory`")
 	write := fs.Bool("write", false, "regenerate the plain manifests, deploy/crds' copies of the store CRDs, the chart's crds/ and its README values table, then validate")
-	print := fs.String("print", "", "print the chart rendered with the values of this `variant` (defaults, all-features, kube-ha, embedded-controller, sim-unprivileged, plaintext) and exit")
+	print := fs.String("print", "", "print the chart rendered with the values of this `variant` (defaults, all-features, kube-ha, embedded-controller, sim-unprivileged, plaintext, dra) and exit")
 	specDir := fs.String("openapi-dir", "", "`directory` of the Kubernetes OpenAPI v3 documents (default: api/openapi-spec/v3 of "+kubernetesModule+" in the Go module cache)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -43,8 +43,9 @@ type Variant struct {
 // controller on the Kubernetes store with three elected replicas (with
 // cert-manager), the embedded controller, the simulated driver without
 // privileges (nor IPAM socket or CNI plugin) on a cluster without
-// cert-manager (the chart makes its own CA), and plaintext gRPC. Together they take every branch of the
-// templates.
+// cert-manager (the chart makes its own CA), plaintext gRPC, and the NICs
+// served through DRA (api "dra").
+// Together they take every branch of the templates.
 func Variants() []Variant {
 	return []Variant{
 		{Name: "defaults", Values: map[string]any{}, APIVersions: []string{CertManagerAPI}},
@@ -99,6 +100,7 @@ func Variants() []Variant {
 		{Name: "plaintext", Values: map[string]any{
 			"controller": map[string]any{"tls": map[string]any{"enabled": false}},
 		}},
+		{Name: "dra", Values: map[string]any{"api": "dra"}, APIVersions: []string{CertManagerAPI}},
 	}
 }
 

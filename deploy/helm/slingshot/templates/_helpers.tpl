@@ -126,6 +126,24 @@ JSON list. */}}
 
 {{/* Fails rendering on values that cannot work together. */}}
 {{- define "slingshot.validate" -}}
+{{- if not (has .Values.api (list "deviceplugin" "dra")) }}
+{{- fail (printf "api %q: want deviceplugin or dra" .Values.api) }}
+{{- end }}
+{{- if eq .Values.api "dra" }}
+{{- $d := .Values.dra }}
+{{- if or (not (kindIs "string" $d.driverName)) (gt (len $d.driverName) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" $d.driverName)) }}
+{{- fail (printf "dra.driverName %v: want a DNS subdomain of at most 63 characters, as a DRA driver's name must be" $d.driverName) }}
+{{- end }}
+{{- if or (not $d.nriSocket) (not (isAbs $d.nriSocket)) (gt (len $d.nriSocket) 107) (eq (dir $d.nriSocket) "/") }}
+{{- fail (printf "dra.nriSocket %q: want an absolute path of at most 107 bytes (a unix socket's limit) in a directory other than /" $d.nriSocket) }}
+{{- end }}
+{{- if and $d.extendedResource.enabled (not $d.deviceClasses) }}
+{{- fail "dra.extendedResource.enabled needs dra.deviceClasses: the extended resource name is a field of the chart's NIC DeviceClass" }}
+{{- end }}
+{{- if not (.Capabilities.APIVersions.Has "resource.k8s.io/v1") }}
+{{- fail "api=dra needs a cluster that serves resource.k8s.io/v1 (Kubernetes 1.34 or later); with helm template, pass --api-versions resource.k8s.io/v1" }}
+{{- end }}
+{{- end }}
 {{- if not (has .Values.agent.cxiDriver (list "uapi" "sim")) }}
 {{- fail (printf "agent.cxiDriver %q: want uapi or sim" .Values.agent.cxiDriver) }}
 {{- end }}
