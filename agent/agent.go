@@ -234,7 +234,11 @@ func heldIDs(snap *podwatch.Snapshot, resource string) map[string]bool {
 func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podwatch.Watcher) *inspect.Report {
 	r := &inspect.Report{Node: b.node, Ready: ready, Generated: time.Now().UTC()}
 	held := map[string]int{}
-	for _, p := range w.Latest().Pods {
+	var pods map[string]*podwatch.Pod
+	if w != nil { // nil in DRA mode
+		pods = w.Latest().Pods
+	}
+	for _, p := range pods {
 		for _, byRes := range p.Containers {
 			for _, id := range byRes[b.resource] {
 				held[b.devNIC[id]]++

@@ -60,6 +60,9 @@ type parts struct {
 	ipam       *ipam.Allocator
 	ipamSrv    *http.Server // nil without --ipam-socket
 	ipamLis    net.Listener
+	// dra is the DRA front end of --api=dra; nil in device-plugin mode,
+	// where server and watcher serve the NICs instead.
+	dra *draParts
 
 	closers []io.Closer
 }
@@ -76,6 +79,9 @@ func (a *parts) close() {
 func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, error) {
 	a := &parts{opts: opts, logger: logger}
 	steps := []func(context.Context) error{a.buildBase, a.buildNICs, a.buildResources, a.buildState, a.buildIPAM, a.buildServing}
+	if opts.API == APIDRA {
+		steps = []func(context.Context) error{a.buildBase, a.buildNICs, a.buildState, a.buildDRA, a.buildIPAM, a.buildServing}
+	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return a, err
@@ -301,7 +307,7 @@ func (a *parts) buildServing(context.Context) error {
 	})
 	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	var err error
-	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.server, a.report, a.dsvc.notReady); err != nil {
+	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.serving, a.report, a.dsvc.notReady); err != nil {
 		return err
 	}
 	if a.lis != nil {
@@ -317,6 +323,9 @@ func (a *parts) buildServing(context.Context) error {
 // report is the inspect endpoint's view of the agent.
 func (a *parts) report(ctx context.Context) *inspect.Report {
 	r := a.b.report(ctx, a.inv, a.ready.Load(), a.watcher)
+	if a.dra != nil {
+		a.dra.report(r)
+	}
 	if a.units != nil {
 		r.Units = a.units.report(heldIDs(a.watcher.Latest(), a.units.name))
 	}
@@ -353,6 +362,9 @@ func (a *parts) reload(c config.Config) {
 // run runs the built agent until ctx ends: the controller client first,
 // then the start-up reconcile, then every loop, each owned by one errgroup.
 func (a *parts) run(ctx context.Context) error {
+	if a.dra != nil {
+		return a.runDRA(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
@@ -429,6 +441,15 @@ func (a *parts) shutdownHTTP(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	return a.httpSrv.Shutdown(sctx)
+}
+
+// serving reports whether the kubelet is served: the device plugin is
+// registered, or the DRA driver.
+func (a *parts) serving() bool {
+	if a.dra != nil {
+		return a.dra.registered()
+	}
+	return a.server.Status().Serving
 }
 
 // followHealth advertises the NICs' health changes until the monitor's

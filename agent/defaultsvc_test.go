@@ -41,7 +41,7 @@ func readyz(t *testing.T, r *rig, notReady func() string) func() (int, string) {
 	var ready atomic.Bool
 	ready.Store(true)
 	report := func(context.Context) *inspect.Report { return &inspect.Report{} }
-	srv, lis, err := serveHTTP("127.0.0.1:0", "", prometheus.NewRegistry(), &ready, dp, report, notReady)
+	srv, lis, err := serveHTTP("127.0.0.1:0", "", prometheus.NewRegistry(), &ready, func() bool { return dp.Status().Serving }, report, notReady)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
-	"github.com/slingshot-k8s/slingshot/deviceplugin"
 )
 
 // Timeouts of the agent's HTTP server. No endpoint streams, so a client
@@ -42,7 +41,7 @@ func newHTTPServer(h http.Handler) *http.Server {
 // on --inspect-addr (127.0.0.1) alone. Empty addresses serve nothing; the
 // listener is nil when both are. notReady says why the agent must not
 // report ready beyond its start, or "".
-func serveHTTP(addr, inspectAddr string, reg *prometheus.Registry, ready *atomic.Bool, dp *deviceplugin.Server, report func(context.Context) *inspect.Report, notReady func() string) (*http.Server, net.Listener, error) {
+func serveHTTP(addr, inspectAddr string, reg *prometheus.Registry, ready *atomic.Bool, serving func() bool, report func(context.Context) *inspect.Report, notReady func() string) (*http.Server, net.Listener, error) {
 	if inspectAddr != "" && !isLoopback(inspectAddr) {
 		return nil, nil, fmt.Errorf("--inspect-addr %q: %w", inspectAddr, errInspectNotLoopback)
 	}
@@ -75,8 +74,7 @@ func serveHTTP(addr, inspectAddr string, reg *prometheus.Registry, ready *atomic
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
-		st := dp.Status()
-		if !ready.Load() || !st.Serving {
+		if !ready.Load() || !serving() {
 			http.Error(w, "not ready: reconciling or not serving the kubelet", http.StatusServiceUnavailable)
 			return
 		}

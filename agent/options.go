@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -23,6 +24,12 @@ const (
 // maxSocketPath is what fits a unix socket address (sun_path, 108 bytes
 // with its terminating NUL).
 const maxSocketPath = 107
+
+// APIs of --api: which Kubernetes API serves the NICs.
+const (
+	APIDevicePlugin = "deviceplugin"
+	APIDRA          = "dra"
+)
 
 // CRINone as --cri-socket: find network namespaces from /proc only.
 const CRINone = "none"
@@ -75,6 +82,15 @@ type Options struct {
 	// asks for addresses; empty serves none (the allocator still serves
 	// the pods' hsn interfaces).
 	IPAMSocket string
+	// API is the Kubernetes API the NICs are served through: APIDevicePlugin
+	// or APIDRA. A node serves them through one only.
+	API string
+	// DRADriverName, NRISocket and Kubeconfig are the DRA mode's: the
+	// driver's name, the container runtime's NRI socket, and the
+	// kubeconfig file ("" for the in-cluster configuration).
+	DRADriverName string
+	NRISocket     string
+	Kubeconfig    string
 }
 
 // RegisterFlags binds every option to fs with its default.
@@ -100,6 +116,10 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.CleanManaged, "clean-managed", false, "at start, also destroy every non-system CXI service whose VNIs all fall in --managed-vnis, whoever made it")
 	fs.StringVar(&o.ManagedVNIs, "managed-vnis", "1024-65535", "VNI `range` min-max the cluster hands out, for --clean-managed")
 	fs.StringVar(&o.IPAMSocket, "ipam-socket", "/run/slingshot-agent/ipam.sock", "unix `socket` where the slingshot-ipam CNI plugin asks for addresses on the high-speed network (its ipam.socket); empty: none")
+	fs.StringVar(&o.API, "api", APIDevicePlugin, "Kubernetes `API` that serves the NICs: \"deviceplugin\" (resource hpe.com/cxi) or \"dra\" (Dynamic Resource Allocation: ResourceSlices, claims, and an NRI plugin binding each pod's services); a node serves them through one only")
+	fs.StringVar(&o.DRADriverName, "dra-driver-name", "cxi.slingshot.hpe.com", "DRA driver `name` of --api=dra: its ResourceSlices, DeviceClasses and claims' configuration use it")
+	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API of --api=dra; empty: the in-cluster configuration")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log `format`: text or json")
 }
@@ -142,6 +162,18 @@ func (o *Options) Validate() error {
 	if o.CXIDriver != DriverUAPI && o.CXIDriver != DriverSim {
 		errs = append(errs, fmt.Errorf("--cxi-driver %q: want %q or %q", o.CXIDriver, DriverUAPI, DriverSim))
 	}
+	switch o.API {
+	case APIDevicePlugin:
+	case APIDRA:
+		if !dnsSubdomain.MatchString(o.DRADriverName) || len(o.DRADriverName) > 63 {
+			errs = append(errs, fmt.Errorf("--dra-driver-name %q: want a lower-case DNS subdomain of at most 63 characters", o.DRADriverName))
+		}
+		if !filepath.IsAbs(o.NRISocket) || len(o.NRISocket) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--api %q: want %q or %q", o.API, APIDevicePlugin, APIDRA))
+	}
 	if o.Controller != "embedded" {
 		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
 			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
@@ -183,6 +215,8 @@ func (o *Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+var dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$`)
 
 // ParseVNIRange parses "min-max" with 1 <= min <= max <= 65535.
 func ParseVNIRange(s string) (lo, hi uint16, err error) {

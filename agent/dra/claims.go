@@ -625,10 +625,12 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox) ([]string, error) {
 	if sb.NetnsPath == "" {
 		return nil, fmt.Errorf("%w: pod %s has no network namespace of its own", ErrNotBound, sb.key())
 	}
-	inode, err := netnsInode(sb.NetnsPath)
+	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
 	}
+	inode := ns.Inode()
+	_ = ns.Close()
 	var env []string
 	for _, uid := range uids {
 		rec, ok := m.store.get(uid)
@@ -712,17 +714,6 @@ func OpenNetns(path string) (Netns, error) {
 		return nil, fmt.Errorf("network namespace %s has inode %d, not a 32-bit namespace inode", path, st.Ino)
 	}
 	return &fileNetns{f: f, inode: uint32(st.Ino)}, nil
-}
-
-func netnsInode(path string) (uint32, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("stat network namespace: %w", err)
-	}
-	if st.Ino == 0 || st.Ino > 0xffffffff {
-		return 0, fmt.Errorf("network namespace %s has inode %d", path, st.Ino)
-	}
-	return uint32(st.Ino), nil
 }
 
 // keyedMutex is a set of mutexes by key, made on demand and dropped when

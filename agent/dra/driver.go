@@ -76,3 +76,9 @@ func (d *Driver) Publish(ctx context.Context, devs []resourceapi.Device) error {
 // Stop stops serving the kubelet. The ResourceSlice stays: a restarting
 // agent publishes it again, and pods keep running meanwhile.
 func (d *Driver) Stop() { d.helper.Stop() }
+
+// Registered reports whether the kubelet has accepted the driver.
+func (d *Driver) Registered() bool {
+	st := d.helper.RegistrationStatus()
+	return st != nil && st.PluginRegistered
+}

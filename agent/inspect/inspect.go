@@ -36,6 +36,24 @@ type Report struct {
 	// IPAM is the node's addresses on the high-speed network: its slices
 	// of each IP pool and every address handed out.
 	IPAM *ipam.Snapshot `json:"ipam,omitempty"`
+	// Claims are the DRA claims prepared on the node (--api=dra).
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is one DRA claim the node prepared.
+type Claim struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	UID       string   `json:"uid"`
+	VNI       uint16   `json:"vni"`
+	Scope     string   `json:"scope"`
+	Devices   []string `json:"devices"`
+	// Services are "cxi0:12", bound ones with their namespace: "cxi0:12@4026532000".
+	Services []string `json:"services"`
+	// BoundPod is the UID of the pod whose namespace the services admit.
+	BoundPod string `json:"boundPod,omitempty"`
+	// State is "preparing", "prepared", "bound" or "unpreparing".
+	State string `json:"state"`
 }
 
 // NIC is one Slingshot NIC.
@@ -179,6 +197,13 @@ func WriteTable(w io.Writer, r *Report) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", u.MachineType, u.ID, strings.Join(u.GPUs, ","),
 				strings.Join(u.NICs, ","), u.NUMANode, health, yesNo(u.Allocated))
+		}
+	}
+	if len(r.Claims) > 0 {
+		fmt.Fprintln(tw, "\nCLAIM\tUID\tVNI\tSCOPE\tDEVICES\tSERVICES\tSTATE")
+		for _, c := range r.Claims {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\n", c.Namespace, c.Name, c.UID, c.VNI, orDash(c.Scope),
+				strings.Join(c.Devices, ","), orDash(strings.Join(c.Services, ",")), c.State)
 		}
 	}
 	if r.PodVNIPool != nil {

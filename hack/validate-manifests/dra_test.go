@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
 )
 
 // dra is the value that serves the NICs through DRA.
@@ -266,5 +267,160 @@ func TestRenderRefusesDRAWithoutAPI(t *testing.T) {
 	_, err = engine.Engine{Strict: true}.Render(ch, vals)
 	if want := "api=dra needs a cluster that serves resource.k8s.io/v1"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("err %v; want one containing %q", err, want)
+	}
+}
+
+// objectsOf decodes a YAML stream.
+func objectsOf(t *testing.T, stream string) []*Object {
+	t.Helper()
+	var objs []*Object
+	for _, doc := range splitDocuments([]byte(stream)) {
+		o, err := Decode(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// CheckDRA refuses what the API server would (a selector that does not
+// compile, a config or constraint naming no request of its claim, a
+// container naming no claim of its pod) and what would not work with the
+// chart (a class it does not make, a config for another driver, a
+// template the example does not make).
+func TestCheckDRA(t *testing.T) {
+	chartDRA := DRA{Driver: "cxi.slingshot.hpe.com", Classes: map[string]bool{"cxi.slingshot.hpe.com": true, "gpu.cxi.slingshot.hpe.com": true}}
+	template := func(devices string) string {
+		return `apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: t, namespace: default}
+spec:
+  spec:
+    devices:
+` + devices
+	}
+	const nic = `      requests:
+      - name: nic
+        exactly: {deviceClassName: cxi.slingshot.hpe.com}
+`
+	pod := func(spec string) string {
+		return "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec:\n" + spec
+	}
+	job := func(spec string) string {
+		return "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: default}\nspec:\n  template:\n    spec:\n" + indent(spec, "    ")
+	}
+	const podSpec = `  resourceClaims:
+  - {name: nic, resourceClaimTemplateName: t}
+  containers:
+  - name: c
+    image: x
+    resources:
+      claims: [{name: nic}]
+`
+	for name, tc := range map[string]struct {
+		stream string
+		want   string // "": no error
+	}{
+		"good":     {stream: template(nic+"      config:\n      - requests: [nic]\n        opaque: {driver: cxi.slingshot.hpe.com, parameters: {vni: job}}\n") + pod(podSpec)},
+		"good Job": {stream: template(nic) + job(podSpec)},
+		"Job's container claim not in pod": {stream: template(nic) + job(strings.Replace(podSpec, "claims: [{name: nic}]", "claims: [{name: nics}]", 1)),
+			want: `Job default/j: container c uses claim "nics"`},
+		"other class": {stream: template("      requests:\n      - name: nic\n        exactly: {deviceClassName: nic.example.com}\n"),
+			want: `DeviceClass "nic.example.com" is not one of the chart's`},
+		"other class in firstAvailable": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n        - {name: b, deviceClassName: nic.example.com}\n"),
+			want: `firstAvailable[1].deviceClassName: DeviceClass "nic.example.com"`},
+		"subrequest named": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n      constraints:\n      - {requests: [nic/a, nic], matchAttribute: resource.kubernetes.io/pcieRoot}\n")},
+		"bad CEL": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.attributes[\"cxi.slingshot.hpe.com\"].nid >'}\n"),
+			want: "exactly.selectors[0].cel.expression"},
+		"CEL not bool": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.driver'}\n"),
+			want: "cel.expression"},
+		"config names no request": {stream: template(nic + "      config:\n      - requests: [nics]\n        opaque: {driver: cxi.slingshot.hpe.com, parameters: {}}\n"),
+			want: `spec.devices.config[0].requests names request "nics"`},
+		"constraint names no request": {stream: template(nic + "      constraints:\n      - {requests: [gpu], matchAttribute: resource.kubernetes.io/pcieRoot}\n"),
+			want: `spec.devices.constraints[0].requests names request "gpu"`},
+		"other driver": {stream: template(nic + "      config:\n      - opaque: {driver: gpu.example.com, parameters: {}}\n"),
+			want: `opaque.driver "gpu.example.com" is not the chart's driver`},
+		"container claim not in pod": {stream: template(nic) + pod(strings.Replace(podSpec, "claims: [{name: nic}]", "claims: [{name: nics}]", 1)),
+			want: `container c uses claim "nics"`},
+		"template not in file": {stream: pod(podSpec), want: "names ResourceClaimTemplate t, which the file does not make"},
+		"claim not in file":    {stream: pod(strings.Replace(podSpec, "resourceClaimTemplateName: t", "resourceClaimName: shared", 1)), want: "names ResourceClaim shared"},
+		"bad class CEL": {stream: "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: c}\nspec:\n  selectors:\n  - cel: {expression: 'device.atributes.x'}\n",
+			want: "spec.selectors[0].cel.expression"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			errs := CheckDRA(objectsOf(t, tc.stream), chartDRA)
+			if tc.want == "" {
+				for _, err := range errs {
+					t.Error(err)
+				}
+				return
+			}
+			for _, err := range errs {
+				if strings.Contains(err.Error(), tc.want) {
+					return
+				}
+			}
+			t.Errorf("errors %v; want one containing %q", errs, tc.want)
+		})
+	}
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString(prefix + line)
+	}
+	return b.String()
+}
+
+// The chart's DeviceClasses select the agent's devices by their published
+// attributes (the driver's ResourceSlice contract): the NIC class the
+// NICs, the GPU class the GPUs, neither a device of another driver.
+func TestDeviceClassesSelect(t *testing.T) {
+	const driver = "cxi.slingshot.hpe.com"
+	str := func(s string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &s} }
+	num := func(n int64) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{IntValue: &n} }
+	nic := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"type": str("nic"), "nid": num(0x1a2b), "linkSpeed": num(200000), "cassiniVersion": str("cassini2"), "hsnNetdev": str("hsn0"),
+		"resource.kubernetes.io/pcieRoot": str("pci0000:00"), "resource.kubernetes.io/numaNode": num(0),
+	}
+	gpu := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"type": str("gpu"), "machineType": str("mi300x"), "resource.kubernetes.io/pcieRoot": str("pci0000:00"),
+	}
+	devices := map[string]dracel.Device{
+		"cxi0":               {Driver: driver, Attributes: nic},
+		"gpu-0000:c1:00.0":   {Driver: driver, Attributes: gpu},
+		"other driver's NIC": {Driver: "nic.example.com", Attributes: nic},
+	}
+	want := map[string]string{driver: "cxi0", "gpu." + driver: "gpu-0000:c1:00.0"}
+	classes := deviceClasses(t, dra)
+	for name, class := range classes {
+		var got []string
+		for dev, d := range devices {
+			all := true
+			for _, s := range class.Spec.Selectors {
+				res := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(s.CEL.Expression, dracel.Options{})
+				if res.Error != nil {
+					t.Fatalf("%s: %v", name, res.Error)
+				}
+				ok, _, err := res.DeviceMatches(t.Context(), d)
+				if err != nil {
+					t.Fatalf("%s on %s: %v", name, dev, err)
+				}
+				all = all && ok
+			}
+			if all {
+				got = append(got, dev)
+			}
+		}
+		if len(got) != 1 || got[0] != want[name] {
+			t.Errorf("DeviceClass %s selects %v; want %s alone", name, got, want[name])
+		}
+	}
+	if len(classes) != len(want) {
+		t.Errorf("%d DeviceClasses, want %d", len(classes), len(want))
 	}
 }

@@ -21,7 +21,11 @@
 //   - what the examples ask of the high-speed network with the project's
 //     parsers: slingshot-ipam's network configurations, and pods' requests
 //     in slingshot.hpe.com/network or their Multus selections' cni-args
-//     (CheckNetworks).
+//     (CheckNetworks);
+//   - DRA objects beyond their schemas: CEL selectors compiled in the API
+//     server's DRA environment, claims' references to their own requests
+//     and to pods' claims, and the examples' DeviceClasses and opaque
+//     configs against the chart's DRA render (CheckDRA).
 //
 // It also checks that the generated files (the plain manifests, default
 // and highly available, the chart's crds/, the copies in deploy/crds of the controller store's CRDs
@@ -158,6 +162,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		r.addCRDs(ctx, v, filepath.Join("schemas", f.name), f.data)
 	}
 
+	dra, err := ChartDRA(ch)
+	if err != nil {
+		return err
+	}
 	for _, variant := range Variants() {
 		rendered, err := Render(ch, variant.Values, variant.APIVersions...)
 		if err != nil {
@@ -171,6 +179,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 		}
 		r.consistency("render "+variant.Name, objs, variant.External)
+		for _, err := range CheckDRA(objs, dra) {
+			r.fail("render %s: %v", variant.Name, err)
+		}
 	}
 	for _, dir := range []string{manifestsDir, haManifestsDir, crdDir, examplesDir} {
 		files, err := readDir(filepath.Join(*root, dir))
@@ -188,6 +199,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				r.consistency(filepath.Join(dir, f.name), objs, nil)
 			}
 			for _, err := range CheckNetworks(objs) {
+				r.fail("%s/%s: %v", dir, f.name, err)
+			}
+			for _, err := range CheckDRA(objs, dra) {
 				r.fail("%s/%s: %v", dir, f.name, err)
 			}
 		}
