@@ -70,8 +70,7 @@ type Options struct {
 	// network namespace either way (node.Options.HSNNetdevs).
 	HSNInterface bool
 	// API is the agent's front end, APIDevicePlugin (default) or APIDRA:
-	// the chart's api value, or, while the chart has none, the agent's
-	// DRA arguments and objects added to the rendered chart (dra.go).
+	// the chart's api value (dra.go).
 	API string
 	// Values are merged over the chart values Setup sets.
 	Values map[string]any
@@ -99,8 +98,8 @@ type Env struct {
 	// ipam.socket and ipam.cniBinDir, under the node's root.
 	IPAMSocket, CNIBinDir string
 	opts                  Options
-	// chartDRA says whether the chart has DRA values, at draValues in
-	// its values.
+	// chartDRA says whether the chart has the api value and the dra
+	// block, at draValues in its values.
 	chartDRA  bool
 	draValues []string
 }
@@ -174,6 +173,9 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		return e, err
 	}
 	e.draValues, e.chartDRA = draChartValues(defaults)
+	if o.API == APIDRA && !e.chartDRA {
+		return e, fmt.Errorf("cluster: the chart in %s has no api and dra values: it predates the agent's DRA front end", chartDir)
+	}
 	start := time.Now()
 	if err := e.importImages(ctx, binOut); err != nil {
 		return e, err
@@ -184,7 +186,6 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		Kubeconfig: n.Kubeconfig, ChartDir: chartDir,
 		Name: ReleaseName, Namespace: Namespace, Values: e.values(), Timeout: 5 * time.Minute,
 	}
-	e.draRelease(e.Release)
 	if err := e.Release.Install(ctx); err != nil {
 		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
 	}

@@ -1,28 +1,21 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	"github.com/slingshot-k8s/slingshot/hack/real-node/install"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/node"
 )
 
@@ -57,9 +50,8 @@ const (
 
 // draChartValues returns the path of the map of the chart's values that
 // holds its DRA values ("api" and the "dra" block), and false when the
-// chart has none yet. Until the chart has them, [draOverlay] makes the
-// agent's DaemonSet and the objects DRA needs from the device-plugin
-// chart.
+// chart has none (a chart older than the agent's DRA front end: Setup
+// refuses DRA mode then).
 func draChartValues(defaults map[string]any) (path []string, ok bool) {
 	if _, ok := defaults["dra"].(map[string]any); ok {
 		return nil, true
@@ -73,9 +65,7 @@ func draChartValues(defaults map[string]any) (path []string, ok bool) {
 }
 
 // setAPIValues puts the API mode into the chart values v: the chart's
-// own "api" and "dra" values when it has them, else nothing (the
-// post-renderer does it). Called by values: the one place that switches
-// between the two.
+// "api" value and, for DRA, its "dra" block.
 func (e *Env) setAPIValues(v map[string]any) {
 	if e.opts.API == APIDRA {
 		// The agent calls the API server (ResourceSlices, claims) from
@@ -104,130 +94,6 @@ func (e *Env) setAPIValues(v map[string]any) {
 func toSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
-}
-
-// draOverlay is the Helm post-renderer of a DRA install with a chart that
-// has no DRA values yet: it gives the agent's DaemonSet what the agent's
-// DRA contract asks (--api=dra, its driver name, the NRI socket, the
-// kubelet's plugin directories, an API token), and adds the ClusterRole
-// and the DeviceClasses the chart's DRA mode makes.
-type draOverlay struct{ e *Env }
-
-var yamlDocSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
-
-// Run implements postrender.PostRenderer.
-func (o draOverlay) Run(in *bytes.Buffer) (*bytes.Buffer, error) {
-	var out bytes.Buffer
-	patched := false
-	for _, doc := range yamlDocSep.Split(in.String(), -1) {
-		if strings.TrimSpace(doc) == "" {
-			continue
-		}
-		var meta struct {
-			metav1.TypeMeta   `json:",inline"`
-			metav1.ObjectMeta `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			return nil, fmt.Errorf("dra overlay: %w", err)
-		}
-		if meta.Kind == "DaemonSet" && meta.Name == ReleaseName+"-agent" {
-			b, err := o.patchAgent([]byte(doc))
-			if err != nil {
-				return nil, err
-			}
-			doc, patched = string(b), true
-		}
-		out.WriteString("---\n")
-		out.WriteString(strings.TrimLeft(doc, "\n"))
-		if !strings.HasSuffix(doc, "\n") {
-			out.WriteString("\n")
-		}
-	}
-	if !patched {
-		return nil, fmt.Errorf("dra overlay: no DaemonSet %s-agent in the chart's manifests", ReleaseName)
-	}
-	for _, obj := range o.objects() {
-		b, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, err
-		}
-		out.WriteString("---\n")
-		out.Write(b)
-	}
-	return &out, nil
-}
-
-func (o draOverlay) patchAgent(doc []byte) ([]byte, error) {
-	var ds appsv1.DaemonSet
-	if err := yaml.Unmarshal(doc, &ds); err != nil {
-		return nil, fmt.Errorf("dra overlay: agent DaemonSet: %w", err)
-	}
-	n := o.e.Node
-	spec := &ds.Spec.Template.Spec
-	// The agent publishes ResourceSlices and reads claims with its
-	// ServiceAccount.
-	spec.AutomountServiceAccountToken = ptr.To(true)
-	var c *corev1.Container
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == "agent" {
-			c = &spec.Containers[i]
-		}
-	}
-	if c == nil {
-		return nil, fmt.Errorf("dra overlay: agent DaemonSet has no container \"agent\"")
-	}
-	c.Args = append(c.Args, "--api="+APIDRA, "--dra-driver-name="+DRADriver, "--nri-socket="+n.NRISocket)
-	for _, m := range []struct {
-		name, path string
-		typ        corev1.HostPathType
-	}{
-		// The kubelet's plugin registration directory, and the
-		// driver's own, for its two sockets.
-		{"dra-registry", filepath.Join(n.KubeletDir, "plugins_registry"), corev1.HostPathDirectoryOrCreate},
-		{"dra-plugin", filepath.Join(n.KubeletDir, "plugins", DRADriver), corev1.HostPathDirectoryOrCreate},
-		// containerd's NRI socket, alone in its directory.
-		{"nri", filepath.Dir(n.NRISocket), corev1.HostPathDirectory},
-	} {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.name, MountPath: m.path})
-		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: m.name, VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: m.path, Type: ptr.To(m.typ)},
-		}})
-	}
-	return yaml.Marshal(&ds)
-}
-
-// objects are what the chart's DRA mode adds: the agent's ClusterRole and
-// its binding, and the DeviceClasses.
-func (o draOverlay) objects() []runtime.Object {
-	name := ReleaseName + "-agent-dra"
-	class := func(name, typ string) *resourcev1.DeviceClass {
-		expr := fmt.Sprintf(`device.driver == %q && "type" in device.attributes[%q] && device.attributes[%q].type == %q`, DRADriver, DRADriver, DRADriver, typ)
-		return &resourcev1.DeviceClass{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}},
-		}
-	}
-	return []runtime.Object{
-		&rbacv1.ClusterRole{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
-				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"get", "update", "patch"}},
-				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-			},
-		},
-		&rbacv1.ClusterRoleBinding{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: ReleaseName + "-agent", Namespace: Namespace}},
-		},
-		class(NICDeviceClass, "nic"),
-		class(GPUDeviceClass, "gpu"),
-	}
 }
 
 // ResourceSlices lists the driver's ResourceSlices of the node.
@@ -341,19 +207,26 @@ func (e *Env) WithServiceCheck(spec *corev1.PodSpec) {
 	}
 }
 
-// PodClaims returns the ResourceClaims of the pod's claim statuses, by
-// claim name in the pod.
+// PodClaims returns the ResourceClaims the pod's status names, by claim
+// name in the pod; the claim the scheduler made for the pod's extended
+// resources (a DeviceClass's extendedResourceName) is under "".
 func (e *Env) PodClaims(ctx context.Context, p *corev1.Pod) (map[string]*resourcev1.ResourceClaim, error) {
-	out := map[string]*resourcev1.ResourceClaim{}
+	names := map[string]string{}
 	for _, st := range p.Status.ResourceClaimStatuses {
-		if st.ResourceClaimName == nil {
-			continue
+		if st.ResourceClaimName != nil {
+			names[st.Name] = *st.ResourceClaimName
 		}
-		c, err := e.Node.Client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+	}
+	if st := p.Status.ExtendedResourceClaimStatus; st != nil {
+		names[""] = st.ResourceClaimName
+	}
+	out := map[string]*resourcev1.ResourceClaim{}
+	for name, claim := range names {
+		c, err := e.Node.Client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("claim %s of pod %s/%s: %w", *st.ResourceClaimName, p.Namespace, p.Name, err)
+			return nil, fmt.Errorf("claim %s of pod %s/%s: %w", claim, p.Namespace, p.Name, err)
 		}
-		out[st.Name] = c
+		out[name] = c
 	}
 	return out, nil
 }
@@ -378,13 +251,5 @@ func (e *Env) describeClaims(ctx context.Context, b *strings.Builder) {
 			users = append(users, r.Resource+"/"+r.Name)
 		}
 		fmt.Fprintf(b, "  %s/%s allocated=%v devices=%v reservedFor=%v deleting=%v\n", c.Namespace, c.Name, c.Status.Allocation != nil, devs, users, c.DeletionTimestamp != nil)
-	}
-}
-
-// draRelease gives the release the post-renderer when the chart has no
-// DRA values yet.
-func (e *Env) draRelease(r *install.Release) {
-	if e.opts.API == APIDRA && !e.chartDRA {
-		r.PostRenderer = draOverlay{e: e}
 	}
 }

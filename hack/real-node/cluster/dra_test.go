@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,9 +18,8 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
-// TestDRAInstallRenders renders the chart as Setup installs it in DRA mode,
-// through the chart's own DRA values or, while it has none, the overlay,
-// and checks what the agent's DRA contract needs either way: --api=dra,
+// TestDRAInstallRenders renders the chart with the values Setup installs
+// it with in DRA mode and checks what the agent's DRA contract needs: --api=dra,
 // the kubelet's plugin directories and the NRI socket mounted at their
 // node paths, an API token, the DeviceClasses and the agent's RBAC for
 // ResourceSlices.
@@ -45,9 +45,10 @@ func TestDRAInstallRenders(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.draValues, e.chartDRA = draChartValues(defaults)
-	t.Logf("the chart has DRA values: %v", e.chartDRA)
+	if !e.chartDRA {
+		t.Fatal("the chart has no api and dra values")
+	}
 	rel := &install.Release{ChartDir: chartDir, Name: ReleaseName, Namespace: Namespace, Values: e.values()}
-	e.draRelease(rel)
 	manifest, err := rel.Render(t.Context(), "v1.37.1")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestDRAInstallRenders(t *testing.T) {
 	var ds *appsv1.DaemonSet
 	var classes []string
 	var rules []rbacv1.PolicyRule
-	for _, doc := range yamlDocSep.Split(manifest, -1) {
+	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(manifest, -1) {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			t.Fatalf("%v in\n%s", err, doc)

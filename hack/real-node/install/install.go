@@ -12,7 +12,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	kubefake "helm.sh/helm/v3/pkg/kube/fake"
-	"helm.sh/helm/v3/pkg/postrender"
 	"helm.sh/helm/v3/pkg/storage"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -27,9 +26,6 @@ type Release struct {
 	Values map[string]any
 	// Timeout bounds the wait for the release's workloads to be ready.
 	Timeout time.Duration
-	// PostRenderer, when set, edits the rendered manifests before they
-	// are applied (what `helm install --post-renderer` runs).
-	PostRenderer postrender.PostRenderer
 	// Logf receives Helm's debug log; nil: discarded.
 	Logf func(format string, args ...any)
 }
@@ -63,7 +59,6 @@ func (r *Release) Install(ctx context.Context) error {
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = r.Name, r.Namespace, true
 	inst.Wait, inst.Timeout = true, r.Timeout
-	inst.PostRenderer = r.PostRenderer
 	if _, err := inst.RunWithContext(ctx, chart, r.Values); err != nil {
 		return fmt.Errorf("helm install %s: %w", r.Name, err)
 	}
@@ -79,8 +74,8 @@ func ChartValues(chartDir string) (map[string]any, error) {
 	return chart.Values, nil
 }
 
-// Render returns the manifests Install would apply (post-renderer
-// included), rendered without a cluster for Kubernetes kubeVersion
+// Render returns the manifests Install would apply, rendered without a
+// cluster for Kubernetes kubeVersion
 // ("v1.37.1").
 func (r *Release) Render(ctx context.Context, kubeVersion string) (string, error) {
 	chart, err := loader.Load(r.ChartDir)
@@ -100,7 +95,6 @@ func (r *Release) Render(ctx context.Context, kubeVersion string) (string, error
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace = r.Name, r.Namespace
 	inst.DryRun, inst.ClientOnly, inst.KubeVersion = true, true, kv
-	inst.PostRenderer = r.PostRenderer
 	rel, err := inst.RunWithContext(ctx, chart, r.Values)
 	if err != nil {
 		return "", fmt.Errorf("helm template %s: %w", r.Name, err)
