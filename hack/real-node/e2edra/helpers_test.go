@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
@@ -85,6 +86,10 @@ type draPod struct {
 	Missing  []string
 	// Checks are the workload's svccheck lines.
 	Checks []svcCheck
+	// Reported are the agent's report (inspect) of the pod's claims, by
+	// claim UID, and of the services the environment names, by svcKey.
+	Reported    map[string]inspect.Claim
+	ReportedSvc map[string]inspect.Service
 }
 
 // JobVNI is the first of SLINGSHOT_VNIS, 0 when none.
@@ -168,6 +173,25 @@ func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
 		}
 	}
 	v.Checks = serviceChecks(t, ctx, p)
+	rep, err := env.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Reported, v.ReportedSvc = map[string]inspect.Claim{}, map[string]inspect.Service{}
+	for _, c := range rep.Claims {
+		for _, pc := range v.Claims {
+			if c.UID == string(pc.UID) {
+				v.Reported[c.UID] = c
+			}
+		}
+	}
+	for _, s := range rep.Services {
+		for i, nic := range v.Devices {
+			if i < len(v.SvcIDs) && s.NIC == nic && s.ID == v.SvcIDs[i] {
+				v.ReportedSvc[svcKey(s.NIC, s.ID)] = s
+			}
+		}
+	}
 	return v
 }
 
@@ -209,10 +233,13 @@ func checkBound(t *testing.T, v draPod) {
 		t.Errorf("pod %s: SLINGSHOT_SVC_IDS %v for SLINGSHOT_DEVICES %v", v.Key, v.SvcIDs, v.Devices)
 	}
 	for _, d := range v.Devices {
-		var st unix.Stat_t
-		p := fmt.Sprintf("/proc/%d/root/dev/%s", v.AppPid, d)
-		if err := unix.Stat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-			t.Errorf("pod %s: /dev/%s in the container: %v (mode %o), want a character device", v.Key, d, err, st.Mode)
+		if err := charDevice(v.AppPid, "/dev/"+d); err != nil {
+			// Where the node's device node is instead, if anywhere.
+			instead := "nowhere else"
+			if hp := filepath.Join(env.Machine.DevRoot, d); charDevice(v.AppPid, hp) == nil {
+				instead = "at its host path " + hp
+			}
+			t.Errorf("pod %s: /dev/%s in the container: %v; the device is %s", v.Key, d, err, instead)
 		}
 	}
 	if len(v.Missing) > 0 {
@@ -224,6 +251,28 @@ func checkBound(t *testing.T, v draPod) {
 				v.Key, svcKey(s.NIC, s.ID), s.Enabled, s.Open, s.UIDs, s.GIDs, s.NetNS, s.VNIs, v.Netns, v.JobVNI())
 		}
 	}
+	for _, c := range v.Claims {
+		r, ok := v.Reported[string(c.UID)]
+		var want []string
+		for i, nic := range v.Devices {
+			if i < len(v.SvcIDs) {
+				want = append(want, fmt.Sprintf("%s:%d@%d", nic, v.SvcIDs[i], v.Netns))
+			}
+		}
+		if !ok || r.State != "bound" || r.BoundPod != v.UID || !slices.Equal(slices.Sorted(slices.Values(r.Services)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("pod %s: the agent reports claim %s as %+v (found %v); want bound to the pod (uid %s) with services %v", v.Key, c.Name, r, ok, v.UID, want)
+		}
+	}
+	for i, nic := range v.Devices {
+		if i >= len(v.SvcIDs) {
+			break
+		}
+		k := svcKey(nic, v.SvcIDs[i])
+		s, ok := v.ReportedSvc[k]
+		if wantMember := fmt.Sprintf("netns=%d", v.Netns); !ok || !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) {
+			t.Errorf("pod %s: the agent reports service %s as %+v (found %v); want enabled with members [%s]", v.Key, k, s, ok, wantMember)
+		}
+	}
 	if len(v.Checks) != len(v.Devices) {
 		t.Errorf("pod %s: %d svccheck lines for %d devices: %+v", v.Key, len(v.Checks), len(v.Devices), v.Checks)
 	}
@@ -233,6 +282,19 @@ func checkBound(t *testing.T, v draPod) {
 				v.Key, svcKey(c.NIC, c.ID), c.Found, c.Enabled, c.NetNS, c.Self, v.Netns, c.Error)
 		}
 	}
+}
+
+// charDevice checks that path in the root of process pid is a character
+// device.
+func charDevice(pid int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/root%s", pid, path), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("mode %o, not a character device", st.Mode)
+	}
+	return nil
 }
 
 func splitList(s string) []string {
