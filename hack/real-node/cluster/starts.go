@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -79,7 +80,7 @@ func (w *StartWatch) consume(ctx context.Context, rw *watchtools.RetryWatcher, o
 			return
 		case ev, ok := <-rw.ResultChan():
 			if !ok {
-				w.fail(fmt.Errorf("watch ended"))
+				w.fail(errors.New("watch ended"))
 				return
 			}
 			switch ev.Type {
