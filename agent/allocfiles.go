@@ -9,6 +9,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/internal/atomicfile"
+	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
 // EnvFileName is the file in the per-container directory that holds the
@@ -24,7 +25,7 @@ const EnvFileName = "slingshot.env"
 type allocFiles struct {
 	dir   string          // per-allocation directories
 	cdi   *cdispec.Writer // nil when CDI is off
-	locks keyedMutex      // by allocation key
+	locks keylock.Set     // by allocation key
 }
 
 // hostPath is the allocation's directory on the host.

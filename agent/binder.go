@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
 // serviceDriver is what the pod path needs of one NIC's CXI services;
@@ -123,7 +124,7 @@ type binder struct {
 	// podLocks orders the steps of one pod: one bind or cleanup at a
 	// time. An allocation's files have their own order (allocFiles),
 	// always taken after the pod's.
-	podLocks keyedMutex
+	podLocks keylock.Set
 
 	cleaning sync.Map // pod key → struct{}: cleanups in flight
 }
@@ -592,42 +593,5 @@ func (n *nsHolds) closeAll() {
 	n.mu.Unlock()
 	for _, h := range hs {
 		_ = h.Close()
-	}
-}
-
-// keyedMutex is a set of mutexes by key, created on demand and dropped
-// when unused.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// Lock locks key and returns its unlock function.
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sync/errgroup"
@@ -161,7 +161,7 @@ func (a *parts) runDRA(ctx context.Context) error {
 	a.dra.drv = drv
 	defer drv.Stop()
 	publish := func() {
-		if err := drv.Publish(gctx, dra.Devices(a.opts.DRADriverName, a.draDevices(), nil)); err != nil {
+		if err := drv.Publish(gctx, dra.Devices(a.opts.DRADriverName, a.draDevices())); err != nil {
 			a.logger.Error("publish ResourceSlice", "err", err)
 		}
 	}

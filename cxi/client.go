@@ -109,31 +109,46 @@ func (c *Client) Create(ctx context.Context, spec ServiceSpec) (Service, error) 
 	if err := ctx.Err(); err != nil {
 		return Service{}, err
 	}
+	id, err := c.allocate(ctx, spec)
+	if err != nil {
+		return Service{}, fmt.Errorf("create service: %w", err)
+	}
+	svc, err := c.finish(id, spec)
+	if err != nil {
+		return Service{}, fmt.Errorf("create service: %w", c.undo(id, err))
+	}
+	c.log.Debug("created CXI service", "svc_id", id, "vnis", svc.VNIs, "members", spec.Members, "tcs", spec.TCs.String())
+	return svc, nil
+}
+
+// allocate sends SVC_ALLOC for spec with its limits and explains a
+// refusal: ENOSPC as an *AllocError, EEXIST as a *ConflictError.
+func (c *Client) allocate(ctx context.Context, spec ServiceSpec) (uint32, error) {
 	limits := c.limits
 	if spec.Limits != nil {
 		limits = c.within(*spec.Limits)
 	}
 	id, fail, err := c.dev.AllocService(spec.desc(limits))
-	if err != nil {
-		switch {
-		case errors.Is(err, syscall.ENOSPC):
-			return Service{}, fmt.Errorf("create service: %w", &AllocError{Fail: fail, Err: err})
-		case errors.Is(err, syscall.EEXIST):
-			return Service{}, fmt.Errorf("create service: %w", c.conflict(ctx, spec.VNIs, err))
-		}
-		return Service{}, fmt.Errorf("create service: %w", classify(err))
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, syscall.ENOSPC):
+		return 0, &AllocError{Fail: fail, Err: err}
+	case errors.Is(err, syscall.EEXIST):
+		return 0, c.conflict(ctx, spec.VNIs, err)
 	}
-	svc, err := c.finish(id, spec)
-	if err != nil {
-		err = classify(err)
-		if derr := c.dev.DestroyService(id); derr != nil {
-			c.log.Warn("cannot destroy half-created CXI service", "svc_id", id, "err", derr)
-			err = errors.Join(err, fmt.Errorf("destroy half-created service %d: %w", id, derr))
-		}
-		return Service{}, fmt.Errorf("create service: %w", err)
+	return 0, classify(err)
+}
+
+// undo destroys service id, whose creation failed after its allocation
+// with err, and returns err with the destroy's failure if any.
+func (c *Client) undo(id uint32, err error) error {
+	err = classify(err)
+	if derr := c.dev.DestroyService(id); derr != nil {
+		c.log.Warn("cannot destroy half-created CXI service", "svc_id", id, "err", derr)
+		err = errors.Join(err, fmt.Errorf("destroy half-created service %d: %w", id, derr))
 	}
-	c.log.Debug("created CXI service", "svc_id", id, "vnis", svc.VNIs, "members", spec.Members, "tcs", spec.TCs.String())
-	return svc, nil
+	return err
 }
 
 // finish admits the netns member, if any, and reads the service back.

@@ -32,28 +32,13 @@ func (c *Client) CreateUnbound(ctx context.Context, spec ServiceSpec) (Service, 
 	if err := ctx.Err(); err != nil {
 		return Service{}, err
 	}
-	limits := c.limits
-	if spec.Limits != nil {
-		limits = c.within(*spec.Limits)
-	}
-	id, fail, err := c.dev.AllocService(spec.desc(limits))
+	id, err := c.allocate(ctx, spec)
 	if err != nil {
-		switch {
-		case errors.Is(err, syscall.ENOSPC):
-			return Service{}, fmt.Errorf("create unbound service: %w", &AllocError{Fail: fail, Err: err})
-		case errors.Is(err, syscall.EEXIST):
-			return Service{}, fmt.Errorf("create unbound service: %w", c.conflict(ctx, spec.VNIs, err))
-		}
-		return Service{}, fmt.Errorf("create unbound service: %w", classify(err))
+		return Service{}, fmt.Errorf("create unbound service: %w", err)
 	}
 	svc, err := c.disable(id)
 	if err != nil {
-		err = classify(err)
-		if derr := c.dev.DestroyService(id); derr != nil {
-			c.log.Warn("cannot destroy half-created CXI service", "svc_id", id, "err", derr)
-			err = errors.Join(err, fmt.Errorf("destroy half-created service %d: %w", id, derr))
-		}
-		return Service{}, fmt.Errorf("create unbound service: %w", err)
+		return Service{}, fmt.Errorf("create unbound service: %w", c.undo(id, err))
 	}
 	c.log.Debug("created unbound CXI service", "svc_id", id, "vnis", svc.VNIs, "tcs", spec.TCs.String())
 	return svc, nil

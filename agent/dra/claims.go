@@ -19,6 +19,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
 // Services is what the DRA path needs of one NIC's CXI services;
@@ -51,13 +52,6 @@ type NICDevice struct {
 	Drv     Services
 }
 
-// GPUDevice is a GPU of a machine type the claims may be allocated.
-type GPUDevice struct {
-	Name string
-	// DevPaths are the device nodes a container using it needs.
-	DevPaths []string
-}
-
 // Policy is the part of the agent's configuration services are made with.
 type Policy struct {
 	TCs    cxi.TrafficClasses
@@ -78,7 +72,6 @@ type ManagerConfig struct {
 	Node      string
 	StateDir  string
 	NICs      []NICDevice
-	GPUs      []GPUDevice
 	Leaser    Leaser
 	CDI       SpecWriter
 	Policy    func() Policy
@@ -101,11 +94,10 @@ type Manager struct {
 	cfg   ManagerConfig
 	log   *slog.Logger
 	nics  map[string]NICDevice
-	gpus  map[string]GPUDevice
 	store *store
 	m     *Metrics
 
-	claimLocks keyedMutex
+	claimLocks keylock.Set
 	// leaseMu orders acquiring and releasing leases, so that a claim's
 	// release cannot cross another claim's acquire of the same lease.
 	leaseMu sync.Mutex
@@ -126,13 +118,10 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.OpenNetns == nil {
 		cfg.OpenNetns = OpenNetns
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, gpus: map[string]GPUDevice{},
+	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{},
 		store: st, m: cfg.Metrics, held: map[string]Netns{}}
 	for _, n := range cfg.NICs {
 		m.nics[n.Name] = n
-	}
-	for _, g := range cfg.GPUs {
-		m.gpus[g.Name] = g
 	}
 	return m, nil
 }
@@ -201,9 +190,7 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
 			continue
 		}
 		if _, ok := m.nics[r.Device]; !ok {
-			if _, ok := m.gpus[r.Device]; !ok {
-				return nil, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
-			}
+			return nil, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
 		}
 		rec.Results = append(rec.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
 	}
@@ -390,13 +377,6 @@ func (m *Manager) writeSpec(rec *Record) error {
 	for _, r := range rec.Results {
 		if n, ok := m.nics[r.Device]; ok && !slices.Contains(nodes, n.DevPath) {
 			nodes = append(nodes, n.DevPath)
-		}
-		if g, ok := m.gpus[r.Device]; ok {
-			for _, p := range g.DevPaths {
-				if !slices.Contains(nodes, p) {
-					nodes = append(nodes, p)
-				}
-			}
 		}
 	}
 	if err := m.cfg.CDI.Write(cdiKey(rec.UID), cdispec.Edits{Env: m.env(rec), DeviceNodes: nodes}); err != nil {
@@ -714,43 +694,6 @@ func OpenNetns(path string) (Netns, error) {
 		return nil, fmt.Errorf("network namespace %s has inode %d, not a 32-bit namespace inode", path, st.Ino)
 	}
 	return &fileNetns{f: f, inode: uint32(st.Ino)}, nil
-}
-
-// keyedMutex is a set of mutexes by key, made on demand and dropped when
-// unused.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// Lock locks key and returns its unlock function.
-func (k *keyedMutex) Lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyedEntry{}
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // Resync holds again the namespaces of the bound claims of running pods,

@@ -11,11 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Device types, the value of the attribute "type".
-const (
-	TypeNIC = "nic"
-	TypeGPU = "gpu"
-)
+// TypeNIC is the value of the attribute "type" of a NIC.
+const TypeNIC = "nic"
 
 // NIC is what the ResourceSlice says of one NIC.
 type NIC struct {
@@ -39,22 +36,6 @@ type NIC struct {
 	Unhealthy string
 }
 
-// GPU is what the ResourceSlice says of one GPU of a machine type.
-type GPU struct {
-	// Name is the device name, "gpu-0000-17-00-0".
-	Name        string
-	PCIAddress  string
-	PCIeRoot    string
-	NUMANode    int
-	MachineType string
-	Product     string
-}
-
-// GPUDeviceName is the device name of the GPU at a PCI address.
-func GPUDeviceName(pciAddress string) string {
-	return "gpu-" + strings.NewReplacer(":", "-", ".", "-").Replace(strings.ToLower(pciAddress))
-}
-
 // TaintKey is the taint of an unhealthy NIC, under the driver's name.
 func TaintKey(driver string) string { return driver + "/unhealthy" }
 
@@ -70,10 +51,12 @@ func taintValue(reason string) string {
 	return strings.Trim(v, "-_.")
 }
 
-// Devices are the node's devices as its ResourceSlice lists them: the
-// NICs, then the GPUs. Attributes without a domain belong to the driver's.
-func Devices(driver string, nics []NIC, gpus []GPU) []resourceapi.Device {
-	out := make([]resourceapi.Device, 0, len(nics)+len(gpus))
+// Devices are the node's NICs as its ResourceSlice lists them. Attributes
+// without a domain belong to the driver's; the standard pcieRoot lets a
+// claim put a NIC on the PCIe root of a GPU that the GPU vendor's DRA
+// driver publishes (a matchAttribute constraint across drivers).
+func Devices(driver string, nics []NIC) []resourceapi.Device {
+	out := make([]resourceapi.Device, 0, len(nics))
 	for _, n := range nics {
 		d := resourceapi.Device{
 			Name: n.Name,
@@ -101,21 +84,6 @@ func Devices(driver string, nics []NIC, gpus []GPU) []resourceapi.Device {
 		if n.Unhealthy != "" {
 			d.Taints = []resourceapi.DeviceTaint{{Key: TaintKey(driver), Value: taintValue(n.Unhealthy), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
-		out = append(out, d)
-	}
-	for _, g := range gpus {
-		d := resourceapi.Device{
-			Name: g.Name,
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"type":        {StringValue: ptr.To(TypeGPU)},
-				"machineType": {StringValue: ptr.To(g.MachineType)},
-				deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(g.PCIAddress)},
-			},
-		}
-		if g.Product != "" {
-			d.Attributes["product"] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.Product)}
-		}
-		addPlacement(d.Attributes, g.PCIeRoot, g.NUMANode)
 		out = append(out, d)
 	}
 	return out

@@ -1,4 +1,4 @@
-// Package dra serves the node's Slingshot NICs (and GPU machine types)
+// Package dra serves the node's Slingshot NICs
 // through Dynamic Resource Allocation (resource.k8s.io/v1), beside the
 // device-plugin front end of package agent and over the same core: CXI
 // services, VNI leases and CDI specs.

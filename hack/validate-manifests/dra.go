@@ -19,6 +19,13 @@ type DRA struct {
 	Classes map[string]bool
 }
 
+// ownsClass reports whether a DeviceClass name is in the driver's domain:
+// the driver's own name or a subdomain of it. Only such a class must be
+// one the chart makes; the others are other drivers' (a GPU vendor's).
+func (d DRA) ownsClass(name string) bool {
+	return name == d.Driver || strings.HasSuffix(name, "."+d.Driver)
+}
+
 // draVariant is the variant of Variants that serves the NICs through DRA.
 const draVariant = "dra"
 
@@ -68,10 +75,13 @@ func ChartDRA(ch *chart.Chart) (DRA, error) {
 //   - the CEL selectors of DeviceClasses and of claims' requests compile
 //     in the API server's DRA environment;
 //   - a ResourceClaim's or ResourceClaimTemplate's configs and constraints
-//     name only its own requests; every request names a DeviceClass of
-//     dra.Classes, and every opaque config is for dra.Driver (the
-//     parameters themselves are the agent's to parse; they are not read
-//     here);
+//     name only its own requests; every request for a class in the
+//     driver's domain (dra.Driver or a name ending in "."+dra.Driver)
+//     names one of dra.Classes, and every opaque config is for dra.Driver
+//     (the parameters themselves are the agent's to parse; they are not
+//     read here). A class outside that domain, such as gpu.nvidia.com, is
+//     another driver's, which the chart neither makes nor knows: it is
+//     not checked;
 //   - every claim a pod's containers name is one of its resourceClaims,
 //     and every ResourceClaim or ResourceClaimTemplate a pod names is in
 //     objs (an example is self-contained).
@@ -177,7 +187,7 @@ func checkClaimSpec(o *Object, spec *resourcev1.ResourceClaimSpec, dra DRA) []er
 	// Names a config or constraint may use: "req" and "req/sub".
 	names := map[string]bool{}
 	class := func(path, name string) {
-		if !dra.Classes[name] {
+		if dra.ownsClass(name) && !dra.Classes[name] {
 			errs = append(errs, fmt.Errorf("%s: %s: DeviceClass %q is not one of the chart's (%s)", o, path, name, strings.Join(slices.Sorted(maps.Keys(dra.Classes)), ", ")))
 		}
 	}

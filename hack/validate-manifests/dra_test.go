@@ -156,8 +156,8 @@ func deviceClasses(t *testing.T, values map[string]any) map[string]resourcev1.De
 	return out
 }
 
-// The DeviceClasses: a NIC class and a GPU class named after the driver,
-// selecting its devices by their "type" attribute; the NIC class carries
+// The DeviceClass: one NIC class named after the driver (which publishes
+// no GPUs), selecting its devices by their "type" attribute and carrying
 // the extended resource name when that is enabled; none without api dra
 // or with deviceClasses off.
 func TestRenderDeviceClasses(t *testing.T) {
@@ -182,30 +182,20 @@ func TestRenderDeviceClasses(t *testing.T) {
 				}
 				return
 			}
-			if len(classes) != 2 {
-				t.Errorf("DeviceClasses %v; want the NIC and GPU classes", slices.Sorted(maps.Keys(classes)))
+			c, ok := classes[tc.driver]
+			if len(classes) != 1 || !ok {
+				t.Fatalf("DeviceClasses %v; want the NIC class %s alone", slices.Sorted(maps.Keys(classes)), tc.driver)
 			}
-			for name, typ := range map[string]string{tc.driver: "nic", "gpu." + tc.driver: "gpu"} {
-				c, ok := classes[name]
-				if !ok {
-					t.Errorf("no DeviceClass %s", name)
-					continue
-				}
-				want := `device.driver == "` + tc.driver + `" && device.attributes["` + tc.driver + `"].type == "` + typ + `"`
-				if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != want {
-					t.Errorf("%s: selectors %+v; want the one CEL selector %s", name, c.Spec.Selectors, want)
-				}
-				ext := ""
-				if c.Spec.ExtendedResourceName != nil {
-					ext = *c.Spec.ExtendedResourceName
-				}
-				wantExt := ""
-				if typ == "nic" {
-					wantExt = tc.extended
-				}
-				if ext != wantExt {
-					t.Errorf("%s: extendedResourceName %q, want %q", name, ext, wantExt)
-				}
+			want := `device.driver == "` + tc.driver + `" && device.attributes["` + tc.driver + `"].type == "nic"`
+			if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != want {
+				t.Errorf("selectors %+v; want the one CEL selector %s", c.Spec.Selectors, want)
+			}
+			ext := ""
+			if c.Spec.ExtendedResourceName != nil {
+				ext = *c.Spec.ExtendedResourceName
+			}
+			if ext != tc.extended {
+				t.Errorf("extendedResourceName %q, want %q", ext, tc.extended)
 			}
 		})
 	}
@@ -289,10 +279,11 @@ func objectsOf(t *testing.T, stream string) []*Object {
 // CheckDRA refuses what the API server would (a selector that does not
 // compile, a config or constraint naming no request of its claim, a
 // container naming no claim of its pod) and what would not work with the
-// chart (a class it does not make, a config for another driver, a
-// template the example does not make).
+// chart (a class of its driver's domain that it does not make, a config
+// for another driver, a template the example does not make); another
+// driver's class, a GPU vendor's, is not the chart's to check.
 func TestCheckDRA(t *testing.T) {
-	chartDRA := DRA{Driver: "cxi.slingshot.hpe.com", Classes: map[string]bool{"cxi.slingshot.hpe.com": true, "gpu.cxi.slingshot.hpe.com": true}}
+	chartDRA := DRA{Driver: "cxi.slingshot.hpe.com", Classes: map[string]bool{"cxi.slingshot.hpe.com": true}}
 	template := func(devices string) string {
 		return `apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -328,11 +319,13 @@ spec:
 		"good Job": {stream: template(nic) + job(podSpec)},
 		"Job's container claim not in pod": {stream: template(nic) + job(strings.Replace(podSpec, "claims: [{name: nic}]", "claims: [{name: nics}]", 1)),
 			want: `Job default/j: container c uses claim "nics"`},
-		"other class": {stream: template("      requests:\n      - name: nic\n        exactly: {deviceClassName: nic.example.com}\n"),
-			want: `DeviceClass "nic.example.com" is not one of the chart's`},
-		"other class in firstAvailable": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n        - {name: b, deviceClassName: nic.example.com}\n"),
-			want: `firstAvailable[1].deviceClassName: DeviceClass "nic.example.com"`},
-		"subrequest named": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n      constraints:\n      - {requests: [nic/a, nic], matchAttribute: resource.kubernetes.io/pcieRoot}\n")},
+		"class the chart does not make": {stream: template("      requests:\n      - name: gpu\n        exactly: {deviceClassName: gpu.cxi.slingshot.hpe.com}\n"),
+			want: `DeviceClass "gpu.cxi.slingshot.hpe.com" is not one of the chart's`},
+		"class the chart does not make in firstAvailable": {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n        - {name: b, deviceClassName: fast.cxi.slingshot.hpe.com}\n"),
+			want: `firstAvailable[1].deviceClassName: DeviceClass "fast.cxi.slingshot.hpe.com"`},
+		"vendor's GPU class":          {stream: template(nic + "      - name: gpu\n        exactly: {deviceClassName: gpu.nvidia.com}\n      constraints:\n      - matchAttribute: resource.kubernetes.io/pcieRoot\n")},
+		"class of a lookalike domain": {stream: template("      requests:\n      - name: nic\n        exactly: {deviceClassName: xcxi.slingshot.hpe.com}\n")},
+		"subrequest named":            {stream: template("      requests:\n      - name: nic\n        firstAvailable:\n        - {name: a, deviceClassName: cxi.slingshot.hpe.com}\n      constraints:\n      - {requests: [nic/a, nic], matchAttribute: resource.kubernetes.io/pcieRoot}\n")},
 		"bad CEL": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.attributes[\"cxi.slingshot.hpe.com\"].nid >'}\n"),
 			want: "exactly.selectors[0].cel.expression"},
 		"CEL not bool": {stream: template("      requests:\n      - name: nic\n        exactly:\n          deviceClassName: cxi.slingshot.hpe.com\n          selectors:\n          - cel: {expression: 'device.driver'}\n"),
@@ -378,7 +371,8 @@ func indent(s, prefix string) string {
 
 // The chart's DeviceClasses select the agent's devices by their published
 // attributes (the driver's ResourceSlice contract): the NIC class the
-// NICs, the GPU class the GPUs, neither a device of another driver.
+// NICs, not a device of another driver (a GPU vendor's GPU on the same
+// PCIe root, another driver's NIC).
 func TestDeviceClassesSelect(t *testing.T) {
 	const driver = "cxi.slingshot.hpe.com"
 	str := func(s string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: &s} }
@@ -388,14 +382,14 @@ func TestDeviceClassesSelect(t *testing.T) {
 		"resource.kubernetes.io/pcieRoot": str("pci0000:00"), "resource.kubernetes.io/numaNode": num(0),
 	}
 	gpu := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-		"type": str("gpu"), "machineType": str("mi300x"), "resource.kubernetes.io/pcieRoot": str("pci0000:00"),
+		"type": str("gpu"), "productName": str("NVIDIA H200"), "resource.kubernetes.io/pcieRoot": str("pci0000:00"),
 	}
 	devices := map[string]dracel.Device{
 		"cxi0":               {Driver: driver, Attributes: nic},
-		"gpu-0000:c1:00.0":   {Driver: driver, Attributes: gpu},
+		"gpu-0":              {Driver: "gpu.nvidia.com", Attributes: gpu},
 		"other driver's NIC": {Driver: "nic.example.com", Attributes: nic},
 	}
-	want := map[string]string{driver: "cxi0", "gpu." + driver: "gpu-0000:c1:00.0"}
+	want := map[string]string{driver: "cxi0"}
 	classes := deviceClasses(t, dra)
 	for name, class := range classes {
 		var got []string

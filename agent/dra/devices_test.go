@@ -1,0 +1,52 @@
+package dra
+
+import (
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+func TestDevices(t *testing.T) {
+	devs := Devices(testDriver, []NIC{
+		{Name: "cxi0", PCIAddress: "0000:21:00.0", PCIeRoot: "pci0000:20", NUMANode: 1, NID: 0x12, LinkSpeedMbps: 200000,
+			Cassini: "cassini2", NetDev: "hsn0", Services: 255, TLEs: 2048},
+		{Name: "cxi1", PCIAddress: "0000:41:00.0", NUMANode: -1, Cassini: "cassini1", Unhealthy: "link down: carrier lost"},
+	})
+	if len(devs) != 2 {
+		t.Fatalf("%d devices, want 2", len(devs))
+	}
+	a := devs[0].Attributes
+	str := func(d resourceapi.Device, k resourceapi.QualifiedName) string {
+		if v := d.Attributes[k].StringValue; v != nil {
+			return *v
+		}
+		return ""
+	}
+	if str(devs[0], "type") != "nic" || *a["nid"].IntValue != 0x12 || *a["linkSpeed"].IntValue != 200000 ||
+		str(devs[0], "hsnNetdev") != "hsn0" || str(devs[0], "resource.kubernetes.io/pcieRoot") != "pci0000:20" ||
+		str(devs[0], "resource.kubernetes.io/pciBusID") != "0000:21:00.0" || *a["resource.kubernetes.io/numaNode"].IntValue != 1 ||
+		str(devs[0], "cassiniVersion") != "cassini2" {
+		t.Errorf("cxi0 attributes = %+v", a)
+	}
+	if q := devs[0].Capacity["services"].Value; q.Value() != 255 {
+		t.Errorf("cxi0 services capacity = %v, want 255", q.String())
+	}
+	if len(devs[0].Taints) != 0 {
+		t.Errorf("healthy cxi0 tainted: %+v", devs[0].Taints)
+	}
+	if _, ok := devs[1].Attributes["resource.kubernetes.io/pcieRoot"]; ok {
+		t.Error("cxi1 has a pcieRoot though it is unknown")
+	}
+	if _, ok := devs[1].Attributes["resource.kubernetes.io/numaNode"]; ok {
+		t.Error("cxi1 has a NUMA node though it is unknown")
+	}
+	want := resourceapi.DeviceTaint{Key: testDriver + "/unhealthy", Value: "link-down-carrier-lost", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if len(devs[1].Taints) != 1 || devs[1].Taints[0] != want {
+		t.Errorf("cxi1 taints = %+v, want %+v", devs[1].Taints, want)
+	}
+	for _, d := range devs {
+		if err := checkDeviceName(d.Name); err != nil {
+			t.Error(err)
+		}
+	}
+}
