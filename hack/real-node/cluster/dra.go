@@ -35,10 +35,9 @@ const (
 	// DRADriver is the agent's DRA driver (--dra-driver-name): the
 	// ResourceSlices' and the opaque configs' driver.
 	DRADriver = "cxi.slingshot.hpe.com"
-	// NICDeviceClass and GPUDeviceClass are the DeviceClasses of the
-	// driver's NICs and GPUs (the chart's dra.deviceClasses).
+	// NICDeviceClass is the DeviceClass of the driver's NICs (the
+	// chart's dra.deviceClasses).
 	NICDeviceClass = "cxi.slingshot.hpe.com"
-	GPUDeviceClass = "gpu.cxi.slingshot.hpe.com"
 	// ClaimConfigAPIVersion and ClaimConfigKind name the opaque claim
 	// configuration's parameters.
 	ClaimConfigAPIVersion = "slingshot.hpe.com/v1alpha1"

@@ -21,7 +21,7 @@ import (
 // TestDRAInstallRenders renders the chart with the values Setup installs
 // it with in DRA mode and checks what the agent's DRA contract needs: --api=dra,
 // the kubelet's plugin directories and the NRI socket mounted at their
-// node paths, an API token, the DeviceClasses and the agent's RBAC for
+// node paths, an API token, the NIC DeviceClass and the agent's RBAC for
 // ResourceSlices.
 func TestDRAInstallRenders(t *testing.T) {
 	root := "/tmp/real-node-x"
@@ -119,10 +119,8 @@ func TestDRAInstallRenders(t *testing.T) {
 	if nri := "--nri-socket=" + e.Node.NRISocket; !slices.Contains(agent.Args, nri) && !strings.Contains(strings.Join(agent.Args, " "), e.Node.NRISocket) {
 		t.Errorf("agent args %v: the NRI socket %s not given", agent.Args, e.Node.NRISocket)
 	}
-	for _, c := range []string{NICDeviceClass, GPUDeviceClass} {
-		if !slices.Contains(classes, c) {
-			t.Errorf("DeviceClasses %v: no %s", classes, c)
-		}
+	if !slices.Contains(classes, NICDeviceClass) {
+		t.Errorf("DeviceClasses %v: no %s", classes, NICDeviceClass)
 	}
 	canWriteSlices := false
 	for _, r := range rules {
