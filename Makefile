@@ -142,10 +142,29 @@ REAL_NODE_DIR := hack/real-node
 K8S_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.1 \
   -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
   -X k8s.io/component-base/version.gitTreeState=clean
-.PHONY: e2e-node demo-node real-node-bin real-node-deps
+.PHONY: e2e-node e2e-node-dra bench-node-dra demo-node real-node-bin real-node-deps
 e2e-node: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2e $(E2E_NODE_FLAGS)
+
+## e2e-node-dra: the agent's DRA front end on the same kind of node
+## (hack/real-node/e2edra, chart value api=dra): the node's ResourceSlice,
+## a Job's pods on claims with their services bound by the agent's NRI
+## plugin before the containers start, restarts of the kubelet and the
+## agent, a refused hostNetwork pod. E2E_NODE_FLAGS as for e2e-node.
+e2e-node-dra: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2edra $(E2E_NODE_FLAGS)
+
+## bench-node-dra: the time from a pod's NIC allocation to its container
+## running, seen by watches, for BENCH_NODE_PODS pods one after another:
+## on a node whose agent serves the device plugin, then on one serving DRA
+## (p50, p95, max).
+BENCH_NODE_PODS ?= 50
+bench-node-dra: real-node-bin
+	cd $(REAL_NODE_DIR) && for api in deviceplugin dra; do \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) ./e2edra -run '^$$' -bench AllocatedToStarted \
+	    -benchtime $(BENCH_NODE_PODS)x -args -node-api=$$api || exit 1; done
 
 ## demo-node: the same node, left running with the project installed, for a
 ## person to explore with kubectl; Ctrl-C tears it down and removes its root.

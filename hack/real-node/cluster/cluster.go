@@ -69,6 +69,9 @@ type Options struct {
 	// pool IPPool. The hsn netdevs the mock NICs name exist in the node's
 	// network namespace either way (node.Options.HSNNetdevs).
 	HSNInterface bool
+	// API is the agent's front end, APIDevicePlugin (default) or APIDRA:
+	// the chart's api value (dra.go).
+	API string
 	// Values are merged over the chart values Setup sets.
 	Values map[string]any
 	Logf   func(format string, args ...any)
@@ -84,13 +87,21 @@ type Env struct {
 	// program shares as the node's init; ControllerAddr the controller's
 	// gRPC address.
 	AgentURL, InspectURL, ControllerAddr string
-	// Capacity is the node's hpe.com/cxi allocatable.
+	// Capacity is the node's hpe.com/cxi allocatable (device-plugin
+	// mode; 0 with DRA).
 	Capacity int
+	// StateDir is the agent's state directory, SimStateDir the simulated
+	// driver's state in it.
+	StateDir, SimStateDir string
 	// IPAMSocket is the agent's IPAM socket and CNIBinDir the directory
 	// its init container installs slingshot-ipam into: the chart's
 	// ipam.socket and ipam.cniBinDir, under the node's root.
 	IPAMSocket, CNIBinDir string
 	opts                  Options
+	// chartDRA says whether the chart has the api value and the dra
+	// block, at draValues in its values.
+	chartDRA  bool
+	draValues []string
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -148,9 +159,22 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		AgentURL:       fmt.Sprintf("http://%s:%d", n.IP, AgentPort),
 		InspectURL:     fmt.Sprintf("http://127.0.0.1:%d", InspectPort),
 		ControllerAddr: fmt.Sprintf("%s:%d", n.IP, GRPCPort),
-		Capacity:       o.NICs * o.SharesPerNIC,
 		IPAMSocket:     filepath.Join(o.Root, "ipam-run", "ipam.sock"),
 		CNIBinDir:      filepath.Join(o.Root, "cni-bin"),
+		StateDir:       filepath.Join(o.Root, "agent-state"),
+	}
+	e.SimStateDir = filepath.Join(e.StateDir, "cxi-sim")
+	if o.API == APIDevicePlugin {
+		e.Capacity = o.NICs * o.SharesPerNIC
+	}
+	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
+	defaults, err := install.ChartValues(chartDir)
+	if err != nil {
+		return e, err
+	}
+	e.draValues, e.chartDRA = draChartValues(defaults)
+	if o.API == APIDRA && !e.chartDRA {
+		return e, fmt.Errorf("cluster: the chart in %s has no api and dra values: it predates the agent's DRA front end", chartDir)
 	}
 	start := time.Now()
 	if err := e.importImages(ctx, binOut); err != nil {
@@ -159,7 +183,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	o.logf("cluster: images imported in %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	e.Release = &install.Release{
-		Kubeconfig: n.Kubeconfig, ChartDir: filepath.Join(o.RepoDir, "deploy/helm/slingshot"),
+		Kubeconfig: n.Kubeconfig, ChartDir: chartDir,
 		Name: ReleaseName, Namespace: Namespace, Values: e.values(), Timeout: 5 * time.Minute,
 	}
 	if err := e.Release.Install(ctx); err != nil {
@@ -169,6 +193,13 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	// ready when none is: wait for the agent itself.
 	if err := e.WaitDaemonSetReady(ctx, ReleaseName+"-agent"); err != nil {
 		return e, err
+	}
+	if o.API == APIDRA {
+		if _, err := e.WaitResourceSlices(ctx, e.PhysicalNICs()); err != nil {
+			return e, err
+		}
+		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in the node's ResourceSlices, in %s", e.chartDRA, e.PhysicalNICs(), time.Since(start).Round(time.Millisecond))
+		return e, nil
 	}
 	if err := e.WaitAllocatable(ctx, e.Capacity); err != nil {
 		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
@@ -199,6 +230,13 @@ func (o *Options) defaults() error {
 	}
 	if o.SharesPerNIC == 0 {
 		o.SharesPerNIC = 16
+	}
+	switch o.API {
+	case "":
+		o.API = APIDevicePlugin
+	case APIDevicePlugin, APIDRA:
+	default:
+		return fmt.Errorf("cluster: API %q: want %q or %q", o.API, APIDevicePlugin, APIDRA)
 	}
 	return nil
 }
@@ -285,7 +323,7 @@ func (e *Env) values() map[string]any {
 			"cxiDriver": "sim", "privileged": false,
 			"sysfsPath": e.Machine.SysRoot, "devPath": e.Machine.DevRoot,
 			// Every host path under the node's root.
-			"kubeletDir": n.KubeletDir, "cdiDir": n.CDIDir, "stateDir": filepath.Join(e.opts.Root, "agent-state"),
+			"kubeletDir": n.KubeletDir, "cdiDir": n.CDIDir, "stateDir": e.StateDir,
 			// No cluster DNS: the controller on the node's address.
 			"controllerAddress": e.ControllerAddr,
 			// The node's containerd socket is under its root, not at
@@ -326,6 +364,7 @@ func (e *Env) values() map[string]any {
 		// chart adds CAP_NET_ADMIN, which making the links needs.
 		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
 	}
+	e.setAPIValues(v)
 	merge(v, e.opts.Values)
 	return v
 }

@@ -139,6 +139,7 @@ func (e *Env) Describe(ctx context.Context) string {
 			}
 		}
 	}
+	e.describeClaims(ctx, &b)
 	fmt.Fprintf(&b, "--- kubelet log (end):\n%s\n", e.Node.Kubelet.Tail(20))
 	for _, name := range []string{"agent", "controller"} {
 		fmt.Fprintf(&b, "--- %s container log (end):\n%s\n", name, e.containerLog(name, 30))

@@ -5,10 +5,15 @@ package install
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -58,4 +63,41 @@ func (r *Release) Install(ctx context.Context) error {
 		return fmt.Errorf("helm install %s: %w", r.Name, err)
 	}
 	return nil
+}
+
+// ChartValues returns the chart's default values (its values.yaml).
+func ChartValues(chartDir string) (map[string]any, error) {
+	chart, err := loader.Load(chartDir)
+	if err != nil {
+		return nil, fmt.Errorf("load chart %s: %w", chartDir, err)
+	}
+	return chart.Values, nil
+}
+
+// Render returns the manifests Install would apply, rendered without a
+// cluster for Kubernetes kubeVersion
+// ("v1.37.1").
+func (r *Release) Render(ctx context.Context, kubeVersion string) (string, error) {
+	chart, err := loader.Load(r.ChartDir)
+	if err != nil {
+		return "", fmt.Errorf("load chart %s: %w", r.ChartDir, err)
+	}
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		return "", err
+	}
+	cfg := &action.Configuration{
+		Releases:     storage.Init(driver.NewMemory()),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities.Copy(),
+		Log:          func(string, ...any) {},
+	}
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace = r.Name, r.Namespace
+	inst.DryRun, inst.ClientOnly, inst.KubeVersion = true, true, kv
+	rel, err := inst.RunWithContext(ctx, chart, r.Values)
+	if err != nil {
+		return "", fmt.Errorf("helm template %s: %w", r.Name, err)
+	}
+	return rel.Manifest, nil
 }

@@ -85,7 +85,8 @@ type Node struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	// ContainerdSocket is the CRI and containerd API socket; NRISocket
-	// containerd's NRI socket; CDIDir the one CDI spec directory
+	// containerd's NRI socket, alone in its directory (a pod that mounts
+	// the directory to reach it reaches nothing else); CDIDir the one CDI spec directory
 	// containerd reads; KubeletDir the kubelet's root directory; LogDir
 	// every component's log.
 	ContainerdSocket, NRISocket, CDIDir, KubeletDir, LogDir string
@@ -116,7 +117,7 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	n := &Node{
 		opts: o, Name: o.NodeName, IP: o.NodeIP,
 		ContainerdSocket: filepath.Join(o.Root, "run/containerd.sock"),
-		NRISocket:        filepath.Join(o.Root, "run/nri.sock"),
+		NRISocket:        filepath.Join(o.Root, "nri/nri.sock"),
 		CDIDir:           filepath.Join(o.Root, "cdi"),
 		KubeletDir:       "/var/lib/kubelet", // root/kubelet, bind-mounted by privateMounts
 		LogDir:           filepath.Join(o.Root, "logs"),
@@ -127,7 +128,7 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 			n.Stop()
 		}
 	}()
-	for _, d := range []string{"run", "cdi", "kubelet", "logs", "cni/net.d", "cni/ipam"} {
+	for _, d := range []string{"run", "nri", "cdi", "kubelet", "logs", "cni/net.d", "cni/ipam"} {
 		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
 			return nil, err
 		}

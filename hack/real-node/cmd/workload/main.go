@@ -15,20 +15,34 @@
 //	                         exit 0; exit 1 with the last error past it
 //
 // The hsn interface is HSN_INTERFACE, default hsn0.
+//
+// With SIM_STATE_DIR set (a read-only mount of the simulated CXI driver's
+// state, the agent's state directory + "/cxi-sim"), the first mode also
+// prints, before anything else, one line per service named by
+// SLINGSHOT_DEVICES and SLINGSHOT_SVC_IDS, as the driver holds it at that
+// moment, with the network namespace the program runs in:
+//
+//	svccheck {"nic":"cxi0","id":3,"enabled":true,"netns":[4026532500],...,"self":4026532500}
+//
+// which shows what a service was when the container's own code first ran.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
 
 // envFile is agent.ContainerDir + "/" + agent.EnvFileName.
@@ -41,6 +55,9 @@ func main() {
 	var err error
 	switch {
 	case len(args) == 0:
+		if dir := os.Getenv("SIM_STATE_DIR"); dir != "" {
+			checkServices(dir)
+		}
 		printEnv()
 		<-ctx.Done()
 	case len(args) == 2 && args[0] == "serve":
@@ -73,6 +90,65 @@ func printEnv() {
 	} else {
 		fmt.Printf("%s:\n%s", envFile, b)
 	}
+}
+
+// serviceCheck is one svccheck line.
+type serviceCheck struct {
+	simstate.Service
+	// Found says whether the driver has the service; Error why it could
+	// not be read.
+	Found bool   `json:"found"`
+	Error string `json:"error,omitempty"`
+	// Self is the inode of the network namespace the program runs in.
+	Self uint32 `json:"self"`
+}
+
+// checkServices prints one svccheck line per service of the container.
+func checkServices(dir string) {
+	self := ownNetns()
+	nics := splitList(os.Getenv("SLINGSHOT_DEVICES"))
+	ids := splitList(os.Getenv("SLINGSHOT_SVC_IDS"))
+	if len(nics) != len(ids) {
+		fmt.Printf("svccheck {\"error\":%q}\n", fmt.Sprintf("SLINGSHOT_DEVICES %v and SLINGSHOT_SVC_IDS %v differ in length", nics, ids))
+		return
+	}
+	for i, nic := range nics {
+		c := serviceCheck{Self: self}
+		c.NIC = nic
+		id, err := strconv.ParseUint(ids[i], 10, 32)
+		if err != nil {
+			c.Error = fmt.Sprintf("SLINGSHOT_SVC_IDS: %v", err)
+		} else {
+			c.ID = uint32(id)
+			svc, ok, err := simstate.Find(dir, nic, c.ID)
+			switch {
+			case err != nil:
+				c.Error = err.Error()
+			case ok:
+				c.Service, c.Found = svc, true
+			}
+		}
+		b, _ := json.Marshal(c)
+		fmt.Printf("svccheck %s\n", b)
+	}
+}
+
+// ownNetns returns the inode of the program's network namespace, 0 when
+// it cannot be read.
+func ownNetns() uint32 {
+	link, err := os.Readlink("/proc/self/ns/net") // "net:[4026532500]"
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 32)
+	return uint32(n)
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func hsnName() string {

@@ -1,0 +1,497 @@
+package e2edra
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/netns"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
+)
+
+// newNamespace makes a namespace for one test and deletes it at the end.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns, err := env.NewNamespace(t.Context(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.DeleteNamespace(ctx, ns)
+	})
+	return ns
+}
+
+// createTemplate makes a ResourceClaimTemplate of one NIC with the opaque
+// configuration vni in ns.
+func createTemplate(t *testing.T, ns, name, vni string) {
+	t.Helper()
+	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), cluster.NICClaimTemplate(name, 1, vni), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// svcKey names a service: "cxi0/3".
+func svcKey(nic string, id uint32) string { return fmt.Sprintf("%s/%d", nic, id) }
+
+// svcCheck is one of the workload's svccheck lines: a service as the
+// driver held it when the container's program started.
+type svcCheck struct {
+	simstate.Service
+	Found bool   `json:"found"`
+	Error string `json:"error"`
+	Self  uint32 `json:"self"`
+}
+
+// draPod is what the node shows of one running pod with a claim.
+type draPod struct {
+	Key, UID string
+	// Netns is the pod's network namespace inode, as the host sees it.
+	Netns uint32
+	// AppPid is the workload process.
+	AppPid int
+	// Env is the workload's SLINGSHOT_* environment; Devices, SvcIDs and
+	// VNIs its parsed lists.
+	Env     map[string]string
+	Devices []string
+	SvcIDs  []uint32
+	VNIs    []uint16
+	// Claims are the pod's ResourceClaims; Allocated their devices.
+	Claims    []*resourcev1.ResourceClaim
+	Allocated []string
+	// Services are the services SLINGSHOT_DEVICES and SLINGSHOT_SVC_IDS
+	// name, as the driver holds them now; Missing those it has not.
+	Services []simstate.Service
+	Missing  []string
+	// Checks are the workload's svccheck lines.
+	Checks []svcCheck
+	// Reported are the agent's report (inspect) of the pod's claims, by
+	// claim UID, and of the services the environment names, by svcKey.
+	Reported    map[string]inspect.Claim
+	ReportedSvc map[string]inspect.Service
+}
+
+// JobVNI is the first of SLINGSHOT_VNIS, 0 when none.
+func (v draPod) JobVNI() uint16 {
+	if len(v.VNIs) == 0 {
+		return 0
+	}
+	return v.VNIs[0]
+}
+
+func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
+	t.Helper()
+	v := draPod{Key: p.Namespace + "/" + p.Name, UID: string(p.UID), Env: map[string]string{}}
+	procs, err := cluster.PodProcesses(v.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range procs {
+		ino, err := netns.ParseNetnsLink(pr.Netns)
+		if err != nil {
+			t.Fatalf("pod %s pid %d: %v", v.Key, pr.Pid, err)
+		}
+		if v.Netns != 0 && ino != v.Netns {
+			t.Errorf("pod %s: processes in two network namespaces, %d and %d", v.Key, v.Netns, ino)
+		}
+		v.Netns = ino
+		if strings.HasSuffix(pr.Exe, "/workload") {
+			v.AppPid = pr.Pid
+			for k, val := range pr.Env {
+				if strings.HasPrefix(k, "SLINGSHOT_") {
+					v.Env[k] = val
+				}
+			}
+		}
+	}
+	if v.AppPid == 0 {
+		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
+	}
+	v.Devices = splitList(v.Env["SLINGSHOT_DEVICES"])
+	for _, s := range splitList(v.Env["SLINGSHOT_SVC_IDS"]) {
+		id, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			t.Errorf("pod %s: SLINGSHOT_SVC_IDS %q: %v", v.Key, v.Env["SLINGSHOT_SVC_IDS"], err)
+		}
+		v.SvcIDs = append(v.SvcIDs, uint32(id))
+	}
+	for _, s := range splitList(v.Env["SLINGSHOT_VNIS"]) {
+		n, err := strconv.ParseUint(s, 10, 16)
+		if err != nil {
+			t.Errorf("pod %s: SLINGSHOT_VNIS %q: %v", v.Key, v.Env["SLINGSHOT_VNIS"], err)
+		}
+		v.VNIs = append(v.VNIs, uint16(n))
+	}
+	claims, err := env.PodClaims(ctx, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		v.Claims = append(v.Claims, c)
+		if c.Status.Allocation != nil {
+			for _, r := range c.Status.Allocation.Devices.Results {
+				if r.Driver == cluster.DRADriver {
+					v.Allocated = append(v.Allocated, r.Device)
+				}
+			}
+		}
+	}
+	sort.Strings(v.Allocated)
+	for i, nic := range v.Devices {
+		if i >= len(v.SvcIDs) {
+			break
+		}
+		s, ok, err := simstate.Find(env.SimStateDir, nic, v.SvcIDs[i])
+		switch {
+		case err != nil:
+			t.Fatalf("pod %s: %v", v.Key, err)
+		case ok:
+			v.Services = append(v.Services, s)
+		default:
+			v.Missing = append(v.Missing, svcKey(nic, v.SvcIDs[i]))
+		}
+	}
+	v.Checks = serviceChecks(t, ctx, p)
+	rep, err := env.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Reported, v.ReportedSvc = map[string]inspect.Claim{}, map[string]inspect.Service{}
+	for _, c := range rep.Claims {
+		for _, pc := range v.Claims {
+			if c.UID == string(pc.UID) {
+				v.Reported[c.UID] = c
+			}
+		}
+	}
+	for _, s := range rep.Services {
+		for i, nic := range v.Devices {
+			if i < len(v.SvcIDs) && s.NIC == nic && s.ID == v.SvcIDs[i] {
+				v.ReportedSvc[svcKey(s.NIC, s.ID)] = s
+			}
+		}
+	}
+	return v
+}
+
+// serviceChecks reads the workload's svccheck lines from its log.
+func serviceChecks(t *testing.T, ctx context.Context, p corev1.Pod) []svcCheck {
+	t.Helper()
+	var out []svcCheck
+	sc := bufio.NewScanner(strings.NewReader(env.PodLog(ctx, p.Namespace, p.Name)))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "svccheck ")
+		if !ok {
+			continue
+		}
+		var c svcCheck
+		if err := json.Unmarshal([]byte(rest), &c); err != nil {
+			t.Errorf("pod %s/%s: svccheck line %q: %v", p.Namespace, p.Name, rest, err)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// checkBound checks one pod: it has the SLINGSHOT_* environment of its
+// allocated NICs and their /dev/cxiN; each service it names exists,
+// carries the job VNI, admits exactly the pod's network namespace and is
+// enabled; and each was already so when the container's program started.
+func checkBound(t *testing.T, v draPod) {
+	t.Helper()
+	for _, k := range []string{"SLINGSHOT_DEVICES", "SLINGSHOT_SVC_IDS", "SLINGSHOT_VNIS", "SLINGSHOT_TCS"} {
+		if v.Env[k] == "" {
+			t.Errorf("pod %s: %s empty or unset in the container's environment: %v", v.Key, k, v.Env)
+		}
+	}
+	if got := slices.Sorted(slices.Values(v.Devices)); len(v.Allocated) == 0 || !slices.Equal(got, v.Allocated) {
+		t.Errorf("pod %s: SLINGSHOT_DEVICES %v, claims allocated %v", v.Key, v.Devices, v.Allocated)
+	}
+	if len(v.SvcIDs) != len(v.Devices) {
+		t.Errorf("pod %s: SLINGSHOT_SVC_IDS %v for SLINGSHOT_DEVICES %v", v.Key, v.SvcIDs, v.Devices)
+	}
+	for _, d := range v.Devices {
+		if err := charDevice(v.AppPid, "/dev/"+d); err != nil {
+			// Where the node's device node is instead, if anywhere.
+			instead := "nowhere else"
+			if hp := filepath.Join(env.Machine.DevRoot, d); charDevice(v.AppPid, hp) == nil {
+				instead = "at its host path " + hp
+			}
+			t.Errorf("pod %s: /dev/%s in the container: %v; the device is %s", v.Key, d, err, instead)
+		}
+	}
+	if len(v.Missing) > 0 {
+		t.Errorf("pod %s: services %v named in its environment are not in the driver", v.Key, v.Missing)
+	}
+	for _, s := range v.Services {
+		if !s.Enabled || !s.OnlyNetns(v.Netns) || !slices.Contains(s.VNIs, v.JobVNI()) {
+			t.Errorf("pod %s: service %s enabled=%v open=%v uids=%v gids=%v netns=%v vnis=%v; want enabled, only netns %d, VNI %d",
+				v.Key, svcKey(s.NIC, s.ID), s.Enabled, s.Open, s.UIDs, s.GIDs, s.NetNS, s.VNIs, v.Netns, v.JobVNI())
+		}
+	}
+	for _, c := range v.Claims {
+		r, ok := v.Reported[string(c.UID)]
+		var want []string
+		for i, nic := range v.Devices {
+			if i < len(v.SvcIDs) {
+				want = append(want, fmt.Sprintf("%s:%d@%d", nic, v.SvcIDs[i], v.Netns))
+			}
+		}
+		if !ok || r.State != "bound" || r.BoundPod != v.UID || !slices.Equal(slices.Sorted(slices.Values(r.Services)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("pod %s: the agent reports claim %s as %+v (found %v); want bound to the pod (uid %s) with services %v", v.Key, c.Name, r, ok, v.UID, want)
+		}
+	}
+	for i, nic := range v.Devices {
+		if i >= len(v.SvcIDs) {
+			break
+		}
+		k := svcKey(nic, v.SvcIDs[i])
+		s, ok := v.ReportedSvc[k]
+		if wantMember := fmt.Sprintf("netns=%d", v.Netns); !ok || !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) {
+			t.Errorf("pod %s: the agent reports service %s as %+v (found %v); want enabled with members [%s]", v.Key, k, s, ok, wantMember)
+		}
+	}
+	if len(v.Checks) != len(v.Devices) {
+		t.Errorf("pod %s: %d svccheck lines for %d devices: %+v", v.Key, len(v.Checks), len(v.Devices), v.Checks)
+	}
+	for _, c := range v.Checks {
+		if !c.Found || c.Error != "" || !c.Enabled || c.Self != v.Netns || !c.OnlyNetns(v.Netns) {
+			t.Errorf("pod %s: when the container started, service %s was found=%v enabled=%v netns=%v (the program's own: %d, the pod's: %d) error=%q; want enabled with only the pod's namespace",
+				v.Key, svcKey(c.NIC, c.ID), c.Found, c.Enabled, c.NetNS, c.Self, v.Netns, c.Error)
+		}
+	}
+}
+
+// charDevice checks that path in the root of process pid is a character
+// device.
+func charDevice(pid int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/root%s", pid, path), &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return fmt.Errorf("mode %o, not a character device", st.Mode)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
+// claimSpecs lists the CDI spec files of a claim (named after its UID).
+func claimSpecs(t *testing.T, c *resourcev1.ResourceClaim) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(env.Node.CDIDir, "*"+string(c.UID)+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// cdiEnv reads the environment a CDI spec file gives its containers.
+func cdiEnv(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var spec struct {
+		ContainerEdits struct {
+			Env []string `json:"env"`
+		} `json:"containerEdits"`
+		Devices []struct {
+			ContainerEdits struct {
+				Env []string `json:"env"`
+			} `json:"containerEdits"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := map[string]string{}
+	all := spec.ContainerEdits.Env
+	for _, d := range spec.Devices {
+		all = append(all, d.ContainerEdits.Env...)
+	}
+	for _, kv := range all {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// draState is what must survive restarts of the kubelet and the agent
+// with a Job's pods running: their services as the driver holds them,
+// their claims' CDI specs, the job VNI and the controller's holders of it.
+type draState struct {
+	Services map[string]simstate.Service // by svcKey
+	Specs    []string
+	JobVNI   uint16
+	Holders  []string
+}
+
+func captureDRA(t *testing.T, ctx context.Context, pods []corev1.Pod) draState {
+	t.Helper()
+	st := draState{Services: map[string]simstate.Service{}}
+	for _, p := range pods {
+		v := viewDRAPod(t, ctx, p)
+		st.JobVNI = v.JobVNI()
+		for _, s := range v.Services {
+			st.Services[svcKey(s.NIC, s.ID)] = s
+		}
+		for _, c := range v.Claims {
+			st.Specs = append(st.Specs, claimSpecs(t, c)...)
+		}
+	}
+	sort.Strings(st.Specs)
+	st.Holders = vniHolders(t, ctx, st.JobVNI)
+	return st
+}
+
+// vniHolders are the nodes the controller lists as holding vni.
+func vniHolders(t *testing.T, ctx context.Context, vni uint16) []string {
+	t.Helper()
+	vnis, err := env.VNIs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range vnis.Leases {
+		if uint16(l.Vni) == vni {
+			return slices.Sorted(slices.Values(l.Nodes))
+		}
+	}
+	return nil
+}
+
+// currentDRA reads the services, specs and holders of before again.
+func currentDRA(t *testing.T, ctx context.Context, before draState) draState {
+	t.Helper()
+	now := draState{Services: map[string]simstate.Service{}, JobVNI: before.JobVNI}
+	for _, s := range before.Services {
+		cur, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			now.Services[svcKey(s.NIC, s.ID)] = cur
+		}
+	}
+	for _, p := range before.Specs {
+		if _, err := os.Stat(p); err == nil {
+			now.Specs = append(now.Specs, p)
+		}
+	}
+	now.Holders = vniHolders(t, ctx, before.JobVNI)
+	return now
+}
+
+func diffDRA(before, after draState) string {
+	var out []string
+	for k, s := range before.Services {
+		a, ok := after.Services[k]
+		if !ok || a.Enabled != s.Enabled || !slices.Equal(a.NetNS, s.NetNS) || !slices.Equal(a.VNIs, s.VNIs) || a.Open != s.Open {
+			out = append(out, fmt.Sprintf("service %s: %+v, now %+v (present %v)", k, s, a, ok))
+		}
+	}
+	if !slices.Equal(before.Specs, after.Specs) {
+		out = append(out, fmt.Sprintf("CDI specs %v, now %v", before.Specs, after.Specs))
+	}
+	if !slices.Equal(before.Holders, after.Holders) {
+		out = append(out, fmt.Sprintf("VNI %d held by %v, now %v", before.JobVNI, before.Holders, after.Holders))
+	}
+	return strings.Join(out, "\n")
+}
+
+// holdsFor watches the state for d and fails at the first change: what a
+// restart must not do, it would do in that window.
+func holdsFor(t *testing.T, ctx context.Context, before draState, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if diff := diffDRA(before, currentDRA(t, ctx, before)); diff != "" {
+			t.Fatalf("the node's state changed:\n%s\n%s", diff, env.Describe(ctx))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// waitDRACleanedUp waits until the services are gone from the driver, the
+// CDI specs from the node, the claims from the API server, and the node's
+// hold on vni from the controller; it returns when that was first seen.
+func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []string, claims []*resourcev1.ResourceClaim, vni uint16) (time.Time, error) {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, s := range svcs {
+			if _, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID); ok || err != nil {
+				last = fmt.Sprintf("service %s still in the driver (%v)", svcKey(s.NIC, s.ID), err)
+				return false, nil
+			}
+		}
+		for _, p := range specs {
+			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+				last = fmt.Sprintf("CDI spec %s still there (%v)", p, err)
+				return false, nil
+			}
+		}
+		for _, c := range claims {
+			_, err := env.Node.Client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				last = fmt.Sprintf("claim %s/%s still there (%v)", c.Namespace, c.Name, err)
+				return false, nil
+			}
+		}
+		if vni != 0 {
+			vnis, err := env.VNIs(ctx)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			for _, l := range vnis.Leases {
+				if uint16(l.Vni) == vni && slices.Contains(l.Nodes, env.Node.Name) {
+					last = fmt.Sprintf("VNI %d still held by %v", vni, l.Nodes)
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("cleanup: %w (last: %s)\n%s", err, last, env.Describe(ctx))
+	}
+	return time.Now(), nil
+}
