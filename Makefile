@@ -38,7 +38,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command)
-check: test e2e validate-manifests e2e-k8s e2e-node
+check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra
 
 ## lint: formatting, vet and staticcheck
 lint:
