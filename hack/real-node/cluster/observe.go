@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,4 +180,19 @@ func containerStates(p corev1.Pod) string {
 
 func metadataWithToken(ctx context.Context, token string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// VNIHolders are the nodes the controller records as holding vni, sorted;
+// none when no lease carries it.
+func (e *Env) VNIHolders(ctx context.Context, vni uint16) ([]string, error) {
+	vnis, err := e.VNIs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range vnis.Leases {
+		if uint16(l.Vni) == vni {
+			return slices.Sorted(slices.Values(l.Nodes)), nil
+		}
+	}
+	return nil, nil
 }

@@ -170,15 +170,11 @@ func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []
 			st.CDISpecs = append(st.CDISpecs, p)
 		}
 	}
-	vnis, err := env.VNIs(ctx)
+	holders, err := env.VNIHolders(ctx, st.JobVNI)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range vnis.Leases {
-		if uint16(l.Vni) == st.JobVNI {
-			st.Holders = slices.Sorted(slices.Values(l.Nodes))
-		}
-	}
+	st.Holders = holders
 	return st
 }
 
@@ -259,16 +255,14 @@ func waitCleanedUp(ctx context.Context, pods []string, vni uint16) (time.Time, e
 				return false, nil
 			}
 		}
-		vnis, err := env.VNIs(ctx)
+		holders, err := env.VNIHolders(ctx, vni)
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		for _, l := range vnis.Leases {
-			if uint16(l.Vni) == vni && slices.Contains(l.Nodes, env.Node.Name) {
-				last = fmt.Sprintf("VNI %d still held by %v", vni, l.Nodes)
-				return false, nil
-			}
+		if slices.Contains(holders, env.Node.Name) {
+			last = fmt.Sprintf("VNI %d still held by %v", vni, holders)
+			return false, nil
 		}
 		return true, nil
 	})

@@ -377,16 +377,11 @@ func captureDRA(t *testing.T, ctx context.Context, pods []corev1.Pod) draState {
 // vniHolders are the nodes the controller lists as holding vni.
 func vniHolders(t *testing.T, ctx context.Context, vni uint16) []string {
 	t.Helper()
-	vnis, err := env.VNIs(ctx)
+	holders, err := env.VNIHolders(ctx, vni)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range vnis.Leases {
-		if uint16(l.Vni) == vni {
-			return slices.Sorted(slices.Values(l.Nodes))
-		}
-	}
-	return nil
+	return holders
 }
 
 // currentDRA reads the services, specs and holders of before again.
@@ -476,16 +471,14 @@ func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []stri
 			}
 		}
 		if vni != 0 {
-			vnis, err := env.VNIs(ctx)
+			holders, err := env.VNIHolders(ctx, vni)
 			if err != nil {
 				last = err.Error()
 				return false, nil
 			}
-			for _, l := range vnis.Leases {
-				if uint16(l.Vni) == vni && slices.Contains(l.Nodes, env.Node.Name) {
-					last = fmt.Sprintf("VNI %d still held by %v", vni, l.Nodes)
-					return false, nil
-				}
+			if slices.Contains(holders, env.Node.Name) {
+				last = fmt.Sprintf("VNI %d still held by %v", vni, holders)
+				return false, nil
 			}
 		}
 		return true, nil
