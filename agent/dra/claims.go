@@ -755,16 +755,11 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 			}
 			rep.Recreated += len(created)
 			rep.Kept += before - len(created)
-			if len(created) > 0 {
-				for i := range rec.Services {
-					if slices.ContainsFunc(created, func(s Service) bool { return s == rec.Services[i] }) {
-						rec.Services[i].Netns = 0
-					}
-				}
-				if rec.Prepared {
-					if err := m.writeSpec(rec); err != nil {
-						m.log.Error("rewrite a claim's CDI spec", "claim", rec.Key(), "err", err)
-					}
+			// Services made again are unbound (Netns 0): the pod's next
+			// sandbox binds them. The spec names their new IDs.
+			if len(created) > 0 && rec.Prepared {
+				if err := m.writeSpec(rec); err != nil {
+					m.log.Error("rewrite a claim's CDI spec", "claim", rec.Key(), "err", err)
 				}
 			}
 			if err := m.store.put(rec); err != nil {

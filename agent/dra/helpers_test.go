@@ -88,10 +88,7 @@ func (f *fakeLeaser) holds(key string) bool {
 
 // fakeNetns is a namespace "opened" from a path naming its inode:
 // ".../netns/<inode>".
-type fakeNetns struct {
-	inode  uint32
-	closed *sync.WaitGroup
-}
+type fakeNetns struct{ inode uint32 }
 
 func (n *fakeNetns) Inode() uint32 { return n.inode }
 func (n *fakeNetns) Close() error  { return nil }
