@@ -69,7 +69,7 @@ func loopbackController(b *testing.B) *controllerclient.Client {
 func BenchmarkPreStart(b *testing.B) {
 	r := newRig(b, b.TempDir(), nil, nil)
 	r.b.logger = testLoggerDiscard()
-	r.b.leaser = loopbackController(b)
+	r.b.useLeaser(loopbackController(b))
 	drivers := map[string]*timedDriver{}
 	for name, n := range r.b.nics {
 		td := &timedDriver{serviceDriver: n.drv}

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -31,10 +30,7 @@ type serviceDriver interface {
 
 // vniLeaser is what the pod path needs of the controller;
 // *controllerclient.Client is one.
-type vniLeaser interface {
-	AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error)
-	ReleaseJobVNI(ctx context.Context, lease controllerclient.Lease) error
-}
+type vniLeaser = engine.Leaser
 
 // leaseOf is the lease a pod record holds.
 func leaseOf(p *checkpoint.Pod) controllerclient.Lease {
@@ -52,13 +48,9 @@ type podFinder interface {
 	Refresh(ctx context.Context) (*podwatch.Snapshot, error)
 }
 
-// nsHandle holds a network namespace open: while it is open the kernel
-// cannot free the namespace, so its inode, which a service names as its
-// member, cannot pass to another namespace. *netns.Handle is one.
-type nsHandle interface {
-	Inode() uint32
-	Close() error
-}
+// nsHandle holds a network namespace open (engine.Handle); *netns.Handle
+// is one.
+type nsHandle = engine.Handle
 
 // netnsFinder opens a pod's network namespace from its UID.
 type netnsFinder interface {
@@ -106,11 +98,13 @@ type binder struct {
 	// resolve maps each served resource's device IDs to the NICs they
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
 	resolve map[string]func(ids []string) ([]*nic, error)
-	leaser  vniLeaser
-	holds   *leaseHolds
-	pods    podFinder
-	netns   netnsFinder
-	ns      nsHolds
+	// leases counts the local holders of each controller lease (pods;
+	// claims in DRA mode), ns keeps the namespaces services name open:
+	// both are the engine's, shared with the DRA front end.
+	leases *engine.Leases
+	pods   podFinder
+	netns  netnsFinder
+	ns     engine.Namespaces
 	// addrs allocates the pods' hsn addresses, linker puts their hsn
 	// interfaces in place; addrs is nil where the node has no IPAM.
 	addrs   addressAllocator
@@ -133,14 +127,16 @@ func (b *binder) policy() policy { return *b.pol.Load() }
 
 func (b *binder) setPolicy(p policy) { b.pol.Store(&p) }
 
-// useStore makes st the binder's record and counts its pods as the
-// holders of their leases.
-func (b *binder) useStore(st *checkpoint.Store) {
-	b.store = st
-	b.holds = newLeaseHolds()
-	for _, p := range st.Pods() {
+// useStore makes st the binder's record.
+func (b *binder) useStore(st *checkpoint.Store) { b.store = st }
+
+// useLeaser leases through l, counting the recorded pods as the holders
+// of their leases; the store is set first.
+func (b *binder) useLeaser(l vniLeaser) {
+	b.leases = engine.NewLeases(l)
+	for _, p := range b.store.Pods() {
 		if !p.Released {
-			b.holds.restore(p.LeaseKey, p.Key())
+			b.leases.Restore(p.LeaseKey, p.Key())
 		}
 	}
 }
@@ -154,14 +150,15 @@ func (b *binder) save() error {
 	return nil
 }
 
-// update changes key's record in memory; a change that breaks the
-// store's rules is logged and not made.
-func (b *binder) update(key string, change func(*checkpoint.Pod)) checkpoint.Pod {
+// update changes key's record in memory. A change that breaks the
+// store's rules is not made: the error fails the step that needed it.
+func (b *binder) update(key string, change func(*checkpoint.Pod)) (checkpoint.Pod, error) {
 	p, _, err := b.store.Update(key, change)
 	if err != nil {
-		b.logger.Error("checkpoint change refused", "pod", key, "err", err)
+		b.metrics.checkpointErrors.Inc()
+		return p, fmt.Errorf("record of pod %s: %w", key, err)
 	}
-	return p
+	return p, nil
 }
 
 // nicsOf maps device IDs to their NICs, deduplicated, in NIC order.
@@ -214,8 +211,8 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	}
 	// Held from here until the pod's services are destroyed; closed now
 	// if no service names it when the bind ends.
-	defer b.ns.keepIfNamed(key, handle, b.store)
-	netns := inodeOf(handle)
+	defer b.keepIfNamed(key, handle)
+	netns := engine.InodeOf(handle)
 	_, recorded := b.store.Get(key)
 	fresh := !recorded
 	if fresh {
@@ -231,9 +228,13 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 		b.rollback(ctx, key, created, fresh, handle)
 		return err
 	}
-	entry := b.update(key, func(p *checkpoint.Pod) {
+	entry, err := b.update(key, func(p *checkpoint.Pod) {
 		p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
 	})
+	if err != nil {
+		b.rollback(ctx, key, created, fresh, handle)
+		return err
+	}
 	// The record and the published values do not depend on each other:
 	// write them at once, since both wait on the disk.
 	var saveErr, pubErr error
@@ -280,39 +281,21 @@ func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32) er
 }
 
 // acquire leases the pod's VNI and counts the pod among the lease's local
-// holders. A release of the same lease by the last other holder may have
-// crossed this acquire at the controller; then it acquires again, once.
+// holders.
 func (b *binder) acquire(ctx context.Context, pod *podwatch.Pod) (controllerclient.Lease, error) {
 	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-	since := b.holds.begin()
-	lease, err := b.leaser.AcquireJobVNI(ctx, ref)
+	lease, err := b.leases.Acquire(ctx, pod.Key(), ref)
 	if err != nil {
-		b.holds.abandon(since)
 		return lease, fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
 	}
-	if b.holds.add(lease.Key, pod.Key(), since) {
-		return lease, nil
-	}
-	again, err := b.leaser.AcquireJobVNI(ctx, ref)
-	if err == nil && again.VNI != lease.VNI {
-		err = fmt.Errorf("the controller answered VNI %d, then %d", lease.VNI, again.VNI)
-	}
-	if err != nil {
-		b.release(ctx, pod.Key(), lease)
-		return lease, fmt.Errorf("lease VNI for %s again, after a release of it crossed: %w", pod.Key(), err)
-	}
-	return again, nil
+	return lease, nil
 }
 
 // release drops key's hold on lease, and the node's hold at the controller
 // with the last local holder. It reports whether the lease no longer
 // needs releasing for key.
 func (b *binder) release(ctx context.Context, key string, lease controllerclient.Lease) bool {
-	if !b.holds.drop(lease.Key, key) {
-		return true // other pods on this node run on the VNI
-	}
-	defer b.holds.done(lease.Key)
-	if err := b.leaser.ReleaseJobVNI(ctx, lease); err != nil {
+	if err := b.leases.Release(ctx, key, lease); err != nil {
 		b.logger.Warn("release VNI; will retry", "pod", key, "vni", lease.VNI, "err", err)
 		return false
 	}
@@ -357,14 +340,6 @@ func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, nsH
 	return cxi.Member{}, nil, fmt.Errorf("%w %s: %w; configure membership.fallbackUID or fallbackGID to allow a UID/GID member", ErrNoMember, pod.Key(), nsErr)
 }
 
-// inodeOf is the inode h holds; 0 for none.
-func inodeOf(h nsHandle) uint32 {
-	if h == nil {
-		return 0
-	}
-	return h.Inode()
-}
-
 // ensureServices makes sure key's record has a live service on each NIC,
 // with the right member. It returns the services it created in this call.
 func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, member cxi.Member, netns uint32) ([]checkpoint.Service, error) {
@@ -386,9 +361,11 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 			if keep {
 				continue // a restarted container: the service is there
 			}
-			b.update(key, func(p *checkpoint.Pod) {
+			if _, err := b.update(key, func(p *checkpoint.Pod) {
 				p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
-			})
+			}); err != nil {
+				return nil, err
+			}
 		}
 		missing = append(missing, n)
 	}
@@ -402,11 +379,17 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 			return created, fmt.Errorf("create service on %s for %s: %w", n.name, key, err)
 		}
 		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: []uint16{entry.VNI}}
-		created = append(created, rec)
-		b.update(key, func(p *checkpoint.Pod) {
+		if _, err := b.update(key, func(p *checkpoint.Pod) {
 			p.Services = append(p.Services, rec)
 			p.Netns = netns
-		})
+		}); err != nil {
+			// Unrecorded, the service would be nobody's: it goes now.
+			if derr := n.drv.Destroy(ctx, svc.ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
+				err = fmt.Errorf("%w; and destroying the unrecorded service %d on %s: %w (the start-up reconcile adopts or destroys it)", err, svc.ID, n.name, derr)
+			}
+			return created, err
+		}
+		created = append(created, rec)
 	}
 	return created, nil
 }
@@ -451,9 +434,7 @@ func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.
 			b.logger.Error("rollback: destroy service", "nic", s.NIC, "id", s.ID, "err", err)
 			continue // stays recorded; cleanup retries it
 		}
-		b.update(key, func(p *checkpoint.Pod) {
-			p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
-		})
+		b.dropService(key, s)
 	}
 	if entry, ok := b.store.Get(key); fresh && ok && len(entry.Services) == 0 && b.dropHSN(key, h) {
 		b.forget(ctx, key)
@@ -461,6 +442,17 @@ func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.
 	}
 	if err := b.save(); err != nil {
 		b.logger.Error("rollback: save checkpoint", "err", err)
+	}
+}
+
+// dropService removes the destroyed service s from key's record. A removal
+// breaks no rule of the store; one refused all the same is an error the
+// operator must see, and s stays recorded (its destroy is retried).
+func (b *binder) dropService(key string, s checkpoint.Service) {
+	if _, err := b.update(key, func(p *checkpoint.Pod) {
+		p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
+	}); err != nil {
+		b.logger.Error("drop a destroyed service from the record", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
 	}
 }
 
@@ -474,19 +466,11 @@ func (b *binder) forget(ctx context.Context, key string) {
 		return // kept; the cleanup loop retries
 	}
 	b.store.Delete(key)
-	b.ns.release(key)
+	b.ns.Release(key)
 	if err := b.save(); err != nil {
 		b.logger.Error("save checkpoint", "err", err)
 	}
 }
-
-// Env names, as Slurm's Slingshot plugin sets them.
-const (
-	EnvDevices = "SLINGSHOT_DEVICES"
-	EnvSvcIDs  = "SLINGSHOT_SVC_IDS"
-	EnvVNIs    = "SLINGSHOT_VNIS"
-	EnvTCs     = "SLINGSHOT_TCS"
-)
 
 // publish writes the late-bound values where the container will find
 // them: the per-allocation env file and the CDI spec.
@@ -496,30 +480,16 @@ func (b *binder) publish(ids []string, entry checkpoint.Pod, nics []*nic) error 
 
 // envFor returns the SLINGSHOT_* environment of a container using nics.
 func (b *binder) envFor(entry checkpoint.Pod, nics []*nic) []string {
-	var devs, ids []string
+	bind := engine.Binding{VNI: entry.VNI, TCs: b.policy().tcs}
 	for _, n := range nics {
-		for _, s := range entry.Services {
-			if s.NIC == n.name {
-				devs = append(devs, n.name)
-				ids = append(ids, strconv.FormatUint(uint64(s.ID), 10))
-			}
+		bind.NICs = append(bind.NICs, n.name)
+		var id uint32
+		if i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name }); i >= 0 {
+			id = entry.Services[i].ID
 		}
+		bind.Services = append(bind.Services, id)
 	}
-	return []string{
-		EnvDevices + "=" + strings.Join(devs, ","),
-		EnvSvcIDs + "=" + strings.Join(ids, ","),
-		EnvVNIs + "=" + vnisEnv(entry.VNI),
-		EnvTCs + "=" + b.policy().tcs.String(),
-	}
-}
-
-// vnisEnv is SLINGSHOT_VNIS: the pod's VNI, or nothing for a pod that
-// opted out.
-func vnisEnv(vni uint16) string {
-	if vni == 0 {
-		return ""
-	}
-	return strconv.Itoa(int(vni))
+	return engine.Env(bind)
 }
 
 func nicNames(nics []*nic) []string {
@@ -530,68 +500,16 @@ func nicNames(nics []*nic) []string {
 	return out
 }
 
-// nsHolds keeps the network namespaces that recorded services name open,
-// by pod key.
-type nsHolds struct {
-	mu    sync.Mutex // guards byPod
-	byPod map[string]nsHandle
-}
-
-// keepIfNamed keeps h for pod when pod's record still has a service whose
-// member is h's namespace, replacing (and closing) the handle kept before;
-// otherwise it closes h. A nil h is nothing to keep.
-func (n *nsHolds) keepIfNamed(pod string, h nsHandle, st *checkpoint.Store) {
+// keepIfNamed keeps h for pod while pod's record has a service whose
+// member is h's namespace, replacing (and closing) the handle kept
+// before; otherwise it closes h. A nil h is nothing to keep.
+func (b *binder) keepIfNamed(pod string, h nsHandle) {
 	if h == nil {
 		return
 	}
-	if p, ok := st.Get(pod); !ok || len(p.Services) == 0 || p.Netns != h.Inode() {
+	if p, ok := b.store.Get(pod); !ok || len(p.Services) == 0 || p.Netns != h.Inode() {
 		_ = h.Close()
 		return
 	}
-	n.mu.Lock()
-	if n.byPod == nil {
-		n.byPod = map[string]nsHandle{}
-	}
-	old := n.byPod[pod]
-	n.byPod[pod] = h
-	n.mu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
-}
-
-// release closes the handle kept for pod, once no service names it.
-func (n *nsHolds) release(pod string) {
-	n.mu.Lock()
-	h := n.byPod[pod]
-	delete(n.byPod, pod)
-	n.mu.Unlock()
-	if h != nil {
-		_ = h.Close()
-	}
-}
-
-// get returns the handle kept for pod; nil for none.
-func (n *nsHolds) get(pod string) nsHandle {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.byPod[pod]
-}
-
-// held returns the inode kept open for pod; 0 for none.
-func (n *nsHolds) held(pod string) uint32 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return inodeOf(n.byPod[pod])
-}
-
-// closeAll closes every handle, when the agent stops.
-func (n *nsHolds) closeAll() {
-	n.mu.Lock()
-	hs := n.byPod
-	n.byPod = nil
-	n.mu.Unlock()
-	for _, h := range hs {
-		_ = h.Close()
-	}
+	b.ns.Keep(pod, h)
 }

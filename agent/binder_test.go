@@ -18,6 +18,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -163,7 +164,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		node: "n1", resource: res, logger: testLogger(t),
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},
 		resolve: map[string]func([]string) ([]*nic, error){},
-		leaser:  leaser, pods: r.pods, netns: netns,
+		pods:    r.pods, netns: netns,
 		files:   &allocFiles{dir: filepath.Join(dir, "containers"), cdi: cdiw},
 		metrics: m, now: time.Now,
 	}
@@ -184,6 +185,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		t.Fatal(err)
 	}
 	b.useStore(store)
+	b.useLeaser(leaser)
 	r.b = b
 	return r
 }
@@ -480,7 +482,7 @@ func TestAllocateResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Envs[EnvDevices] != "cxi0,cxi1" || resp.Envs[EnvTCs] != "0xa" {
+	if resp.Envs[engine.EnvDevices] != "cxi0,cxi1" || resp.Envs[engine.EnvTCs] != "0xa" {
 		t.Fatalf("envs = %v", resp.Envs)
 	}
 	if len(resp.Devices) != 2 || resp.Devices[0].HostPath != "/dev/cxi0" || resp.Devices[0].Permissions != "rw" {

@@ -292,7 +292,7 @@ func (a *parts) buildState(ctx context.Context) error {
 	a.closers = append(a.closers, client)
 	client.RestorePodVNIs(localVNIs(store.Snapshot()))
 	a.client = client
-	a.b.leaser = timedLeaser{vniLeaser: client, m: a.m}
+	a.b.useLeaser(timedLeaser{vniLeaser: client, m: a.m})
 	return nil
 }
 
@@ -307,7 +307,7 @@ func (a *parts) buildServing(context.Context) error {
 	})
 	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	var err error
-	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.serving, a.report, a.dsvc.notReady); err != nil {
+	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.serving, a.report, a.notReady); err != nil {
 		return err
 	}
 	if a.lis != nil {
@@ -403,7 +403,7 @@ func (a *parts) run(ctx context.Context) error {
 	a.logger.Info("agent ready", "node", a.opts.NodeName, "nics", len(a.served), "resource", a.res.name, "driver", a.opts.CXIDriver)
 
 	err := g.Wait()
-	a.b.ns.closeAll()
+	a.b.ns.CloseAll()
 	a.m.ready.Set(0)
 	if ctx.Err() != nil && err == nil {
 		a.logger.Info("agent stopped")
@@ -441,6 +441,20 @@ func (a *parts) shutdownHTTP(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	return a.httpSrv.Shutdown(sctx)
+}
+
+// notReady says why the agent must not report ready beyond its start, or
+// "": a NIC's default service open, or, in DRA mode, no NRI connection.
+func (a *parts) notReady() string {
+	if why := a.dsvc.notReady(); why != "" {
+		return why
+	}
+	if a.dra != nil {
+		if err := a.dra.nri.Ready(); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // serving reports whether the kubelet is served: the device plugin is

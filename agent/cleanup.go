@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,7 +82,11 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		return true
 	}
 	if entry.Exited == nil {
-		entry = b.update(key, func(p *checkpoint.Pod) { t := b.now().UTC(); p.Exited = &t })
+		var err error
+		if entry, err = b.update(key, func(p *checkpoint.Pod) { t := b.now().UTC(); p.Exited = &t }); err != nil {
+			b.logger.Error("mark a gone pod exited; will retry", "pod", key, "err", err)
+			return false
+		}
 		if err := b.save(); err != nil {
 			b.logger.Error("save checkpoint", "err", err)
 		}
@@ -99,9 +102,7 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 			}
 			continue
 		}
-		b.update(key, func(p *checkpoint.Pod) {
-			p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
-		})
+		b.dropService(key, s)
 	}
 	for _, ids := range entry.DeviceIDs {
 		b.removeAllocation(key, cdispec.AllocationKey(ids))
@@ -112,18 +113,20 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		}
 		return false
 	}
-	if !b.dropHSN(key, b.ns.get(key)) {
+	if !b.dropHSN(key, b.ns.Get(key)) {
 		if err := b.save(); err != nil {
 			b.logger.Error("save checkpoint", "err", err)
 		}
 		return false
 	}
-	b.ns.release(key) // no service names the namespace any more
+	b.ns.Release(key) // no service names the namespace any more
 	if !entry.Released {
 		if !b.release(ctx, key, leaseOf(&entry)) {
 			return false
 		}
-		b.update(key, func(p *checkpoint.Pod) { p.Released = true })
+		if _, err := b.update(key, func(p *checkpoint.Pod) { p.Released = true }); err != nil {
+			b.logger.Error("mark a pod's lease released", "pod", key, "err", err)
+		}
 	}
 	b.store.Delete(key)
 	if err := b.save(); err != nil {

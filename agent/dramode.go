@@ -28,6 +28,9 @@ type draParts struct {
 	// roots are the NICs' PCIe root complexes, by NIC name.
 	roots map[string]string
 	drv   *dra.Driver // nil until run registers it
+	// nri is the runtime's NRI connection: without it no claim can be
+	// bound, so the agent is not ready and Prepare is refused.
+	nri *dra.NRIState
 }
 
 func (d *draParts) registered() bool {
@@ -65,6 +68,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	nri := dra.NewNRIState(a.opts.NRISocket, metrics)
 	var nics []dra.NICDevice
 	roots := map[string]string{}
 	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
@@ -79,7 +83,7 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, StateDir: a.opts.StateDir,
-		NICs: nics, Leaser: a.b.leaser, CDI: w,
+		NICs: nics, Leases: a.b.leases, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits}
@@ -99,7 +103,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DRA claims checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
 	}
-	a.dra = &draParts{mgr: mgr, kube: kube, roots: roots}
+	a.dra = &draParts{mgr: mgr, kube: kube, roots: roots, nri: nri}
 	return nil
 }
 
@@ -182,7 +186,7 @@ func (a *parts) runDRA(ctx context.Context) error {
 		g.Go(a.serveHTTP)
 		g.Go(func() error { return a.shutdownHTTP(gctx) })
 	}
-	g.Go(func() error { return dra.RunNRI(gctx, a.dra.mgr, a.opts.NRISocket, a.logger.With("component", "nri")) })
+	g.Go(func() error { return dra.RunNRI(gctx, a.dra.mgr, a.dra.nri, a.logger.With("component", "nri")) })
 	g.Go(func() error { return a.runIPAM(gctx) })
 	g.Go(func() error { return a.mon.Run(gctx) })
 	g.Go(func() error {

@@ -118,7 +118,7 @@ func (c *jobController) owner(vni uint16) (key string, held bool) {
 func TestItem1HoldOutlivesOnePodOfTheJob(t *testing.T) {
 	ctl := newJobController()
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002, "uid-c": 4026532003})
-	r.b.leaser = ctl
+	r.b.useLeaser(ctl)
 	k := newFakeKubelet(t)
 	w := r.useWatcher(k, nil)
 	pa := kubeletPod{"ns", "train-0", "uid-a", "main", []string{dev0}}
@@ -157,7 +157,7 @@ func TestItem1HoldOutlivesOnePodOfTheJob(t *testing.T) {
 func TestItem1RollbackKeepsTheJobsHold(t *testing.T) {
 	ctl := newJobController()
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
-	r.b.leaser = ctl
+	r.b.useLeaser(ctl)
 	k := newFakeKubelet(t)
 	r.useWatcher(k, nil)
 	pa := kubeletPod{"ns", "train-0", "uid-a", "main", []string{dev0}}
@@ -188,35 +188,6 @@ func (failingCreate) Create(context.Context, cxi.ServiceSpec) (cxi.Service, erro
 	return cxi.Service{}, fmt.Errorf("create: %w", cxi.ErrNoResources)
 }
 
-// A release that crosses an acquire of the same lease: the acquire learns
-// that its hold may have been undone.
-func TestLeaseHoldsCrossingRelease(t *testing.T) {
-	h := newLeaseHolds()
-	h.restore("job/ns/j", "ns/a")
-	since := h.begin() // pod b's acquire begins
-	if !h.drop("job/ns/j", "ns/a") {
-		t.Fatal("the only holder's drop is not the last")
-	}
-	added := make(chan bool)
-	go func() { added <- h.add("job/ns/j", "ns/b", since) }()
-	h.done("job/ns/j") // the release is answered
-	if <-added {
-		t.Fatal("an acquire that began before a release of its lease was taken as fresh")
-	}
-	if holderCount(h, "job/ns/j") != 1 {
-		t.Fatalf("holders = %d, want pod b", holderCount(h, "job/ns/j"))
-	}
-	// Now b holds it: a's second drop (a retry) is not the last.
-	if h.drop("job/ns/j", "ns/a") {
-		t.Fatal("a drop by a pod that no longer holds the lease released it under pod b")
-	}
-	// An acquire after the release is fresh.
-	since = h.begin()
-	if !h.add("job/ns/j", "ns/c", since) {
-		t.Fatal("an acquire after every release was taken as crossed")
-	}
-}
-
 // Issue 15, item 5: the pod's network namespace is held open from the bind
 // until its services are destroyed, so that its inode cannot pass to
 // another namespace while a service names it. Before, the agent kept only
@@ -226,17 +197,15 @@ func TestItem5NamespaceHeldWhileServicesLive(t *testing.T) {
 	k := newFakeKubelet(t)
 	w := r.useWatcher(k, nil)
 	bindAB(t, r, k)
-	r.b.ns.mu.Lock()
-	ha, _ := r.b.ns.byPod["ns/a"].(*fakeHandle)
-	r.b.ns.mu.Unlock()
-	if ha == nil || ha.closed.Load() || r.b.ns.held("ns/a") != netAB["uid-a"] {
+	ha, _ := r.b.ns.Get("ns/a").(*fakeHandle)
+	if ha == nil || ha.closed.Load() || r.b.ns.Held("ns/a") != netAB["uid-a"] {
 		t.Fatalf("pod a's namespace is not held after its bind: %+v", ha)
 	}
 	// A container restart opens the namespace again and keeps one handle.
 	if err := r.b.PreStart(t.Context(), res, kpodA.ids); err != nil {
 		t.Fatal(err)
 	}
-	if r.b.ns.held("ns/a") != netAB["uid-a"] {
+	if r.b.ns.Held("ns/a") != netAB["uid-a"] {
 		t.Fatal("pod a's namespace is not held after a container restart")
 	}
 
@@ -246,10 +215,10 @@ func TestItem5NamespaceHeldWhileServicesLive(t *testing.T) {
 	if r.has("ns/a") {
 		t.Fatal("pod a was not cleaned up")
 	}
-	if r.b.ns.held("ns/a") != 0 || !ha.closed.Load() {
+	if r.b.ns.Held("ns/a") != 0 || !ha.closed.Load() {
 		t.Fatal("pod a's namespace is still held after its services were destroyed")
 	}
-	if r.b.ns.held("ns/b") != netAB["uid-b"] {
+	if r.b.ns.Held("ns/b") != netAB["uid-b"] {
 		t.Fatal("pod b's namespace was let go with pod a's")
 	}
 }
@@ -268,37 +237,7 @@ func TestItem5NamespaceHeldAgainAfterRestart(t *testing.T) {
 	if _, err := r2.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if r2.b.ns.held("ns/a") != netAB["uid-a"] || r2.b.ns.held("ns/b") != netAB["uid-b"] {
-		t.Fatalf("after a restart: held a=%d b=%d", r2.b.ns.held("ns/a"), r2.b.ns.held("ns/b"))
+	if r2.b.ns.Held("ns/a") != netAB["uid-a"] || r2.b.ns.Held("ns/b") != netAB["uid-b"] {
+		t.Fatalf("after a restart: held a=%d b=%d", r2.b.ns.Held("ns/a"), r2.b.ns.Held("ns/b"))
 	}
-}
-
-// The table forgets leases nobody holds once no acquire may need them.
-func TestLeaseHoldsForgetIdleLeases(t *testing.T) {
-	h := newLeaseHolds()
-	since := h.begin()
-	if !h.add("job/ns/j", "ns/a", since) {
-		t.Fatal("first acquire not fresh")
-	}
-	if !h.drop("job/ns/j", "ns/a") {
-		t.Fatal("last holder's drop not last")
-	}
-	h.done("job/ns/j")
-	failed := h.begin()
-	h.abandon(failed)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.leases) != 0 || len(h.pending) != 0 {
-		t.Fatalf("leases %v, pending %v: want both empty", h.leases, h.pending)
-	}
-}
-
-// holderCount returns how many pods hold lease.
-func holderCount(h *leaseHolds, lease string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.leases[lease]; e != nil {
-		return len(e.pods)
-	}
-	return 0
 }

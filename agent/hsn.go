@@ -86,7 +86,7 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 	}
 	entry, _ := b.store.Get(key)
 	link := entry.HSN
-	if old := b.ns.get(key); link != nil && old != nil && old.Inode() != h.Inode() {
+	if old := b.ns.Get(key); link != nil && old != nil && old.Inode() != h.Inode() {
 		// The sandbox was recreated: its old namespace, still held until
 		// this bind ends, must not carry the address beside the new one.
 		if err := b.linker.Detach(old, link.Name); err != nil {
@@ -98,7 +98,9 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 		if link, err = b.allocateHSN(ctx, entry, pod, hp, nics); err != nil {
 			return err
 		}
-		b.update(key, func(p *checkpoint.Pod) { p.HSN = link })
+		if _, err := b.update(key, func(p *checkpoint.Pod) { p.HSN = link }); err != nil {
+			return err
+		}
 		if err := b.save(); err != nil {
 			return err
 		}
@@ -211,7 +213,10 @@ func (b *binder) dropHSN(key string, h nsHandle) bool {
 		}
 	}
 	if entry.HSN != nil {
-		b.update(key, func(p *checkpoint.Pod) { p.HSN = nil })
+		if _, err := b.update(key, func(p *checkpoint.Pod) { p.HSN = nil }); err != nil {
+			b.logger.Error("drop a released hsn address from the record; will retry", "pod", key, "err", err)
+			return false
+		}
 	}
 	return true
 }
@@ -230,7 +235,7 @@ func (b *binder) reconcileHSN() {
 		if entry.UID != "" {
 			recorded[entry.UID] = true
 		}
-		h := b.ns.get(entry.Key())
+		h := b.ns.Get(entry.Key())
 		if entry.HSN == nil || h == nil || entry.Exited != nil {
 			continue
 		}

@@ -99,7 +99,7 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	h := &hsnRig{rig: r, linker: newFakeLinker(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
-	r.b.leaser = networkLeaser{fakeLeaser: r.leaser, network: h.network}
+	r.b.useLeaser(networkLeaser{fakeLeaser: r.leaser, network: h.network})
 	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
 	r.b.addrs = h.addrs
 	r.b.linker = h.linker
@@ -321,7 +321,7 @@ func TestHSNReconcile(t *testing.T) {
 	}
 	// The live pod's interface went missing while the agent was down.
 	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
-	h.b.ns.closeAll()
+	h.b.ns.CloseAll()
 
 	if _, err := h.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 func (w *world) start() {
 	w.r = newRig(w.t, w.dir, nil, w.ns)
 	w.r.b.logger = testLoggerDiscard()
-	w.r.b.leaser = w.ctl
+	w.r.b.useLeaser(w.ctl)
 	w.devs = w.devs[:0]
 	for _, n := range []string{"cxi0", "cxi1"} {
 		for s := range 6 {

@@ -76,23 +76,34 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 // runIPAM keeps the allocator's pools warm and serves the plugin's socket
-// until ctx ends.
+// until ctx ends. The socket's server failing ends it at once with the
+// error, which stops the agent: pods waiting for an address must not meet
+// a ready agent that no longer answers them.
 func (a *parts) runIPAM(ctx context.Context) error {
 	if a.ipamSrv == nil {
 		return a.ipam.Run(ctx)
 	}
-	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	served := make(chan error, 1)
 	go func() {
-		if err := a.ipamSrv.Serve(a.ipamLis); !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("ipam socket: %w", err)
-			return
+		err := a.ipamSrv.Serve(a.ipamLis)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		} else {
+			err = fmt.Errorf("ipam socket %s: %w", a.opts.IPAMSocket, err)
+			cancel(err)
 		}
-		errc <- nil
+		served <- err
 	}()
 	a.logger.Info("serving the slingshot-ipam plugin", "socket", a.opts.IPAMSocket)
 	runErr := a.ipam.Run(ctx)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+	sctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
 	shutErr := a.ipamSrv.Shutdown(sctx)
-	return errors.Join(runErr, shutErr, <-errc)
+	serveErr := <-served
+	if serveErr != nil && errors.Is(runErr, context.Canceled) {
+		runErr = nil // stopped by the server's failure, which says why
+	}
+	return errors.Join(runErr, shutErr, serveErr)
 }

@@ -10,6 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
 )
@@ -63,8 +64,8 @@ func (r *nicResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloca
 // late-bound values. Both the NIC resource and the GPU units use it.
 func (b *binder) addSlingshot(resp *pluginapi.ContainerAllocateResponse, ids []string, nics []*nic) {
 	key := cdispec.AllocationKey(ids)
-	resp.Envs[EnvDevices] = strings.Join(nicNames(nics), ",")
-	resp.Envs[EnvTCs] = b.policy().tcs.String()
+	resp.Envs[engine.EnvDevices] = strings.Join(nicNames(nics), ",")
+	resp.Envs[engine.EnvTCs] = b.policy().tcs.String()
 	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
 		ContainerPath: ContainerDir,
 		HostPath:      b.files.hostPath(key),

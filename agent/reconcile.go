@@ -104,9 +104,12 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 			key, entry, recognised := b.recognise(svc)
 			switch {
 			case recognised && !b.gone(entry):
-				b.update(key, func(p *checkpoint.Pod) {
+				if _, err := b.update(key, func(p *checkpoint.Pod) {
 					p.Services = append(p.Services, checkpoint.Service{NIC: name, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)})
-				})
+				}); err != nil {
+					b.logger.Error("adopt a service from an interrupted bind; it stays on the driver, unrecorded", "pod", key, "nic", name, "id", svc.ID, "err", err)
+					continue
+				}
 				rep.Adopted++
 				b.logger.Info("adopted service from an interrupted bind", "pod", key, "nic", name, "id", svc.ID)
 			case recognised || opts.cleanManaged && inRange(svc.VNIs, opts.managedLo, opts.managedHi):
@@ -148,11 +151,14 @@ func (b *binder) keepServices(ctx context.Context, key string, driver map[string
 		b.logger.Error("services of a live pod are gone and no member is known to re-create them", "pod", key)
 		return kept, 0
 	}
-	b.update(key, func(p *checkpoint.Pod) {
+	if _, err := b.update(key, func(p *checkpoint.Pod) {
 		p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool {
 			return slices.ContainsFunc(lost, func(n *nic) bool { return n.name == s.NIC })
 		})
-	})
+	}); err != nil {
+		b.logger.Error("drop lost services from the record", "pod", key, "err", err)
+		return kept, 0
+	}
 	created, err := b.ensureServices(ctx, key, lost, member, entry.Netns)
 	if err != nil {
 		b.logger.Error("re-create lost services", "pod", key, "err", err)
@@ -178,7 +184,7 @@ func (b *binder) keepServices(ctx context.Context, key string, driver map[string
 // pod's namespace is found anew and must be the recorded one: the inode
 // alone may have passed to another namespace while the agent was down.
 func (b *binder) holdNamespace(ctx context.Context, entry checkpoint.Pod) {
-	if entry.Netns == 0 || len(entry.Services) == 0 || b.ns.held(entry.Key()) != 0 {
+	if entry.Netns == 0 || len(entry.Services) == 0 || b.ns.Held(entry.Key()) != 0 {
 		return
 	}
 	h, err := b.netns.Open(ctx, entry.UID)
@@ -191,7 +197,7 @@ func (b *binder) holdNamespace(ctx context.Context, entry checkpoint.Pod) {
 		b.logger.Warn("a live pod's network namespace is not the one its services name; its next container start binds it anew",
 			"pod", entry.Key(), "netns", entry.Netns, "now", h.Inode())
 	}
-	b.ns.keepIfNamed(entry.Key(), h, b.store)
+	b.keepIfNamed(entry.Key(), h)
 }
 
 // recordedMember is the member a pod's services had: its netns, or the

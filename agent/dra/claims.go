@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/internal/keylock"
@@ -30,12 +29,6 @@ type Services interface {
 	Destroy(ctx context.Context, id uint32) error
 	Get(ctx context.Context, id uint32) (cxi.Service, error)
 	List(ctx context.Context) ([]cxi.Service, error)
-}
-
-// Leaser leases VNIs from the controller; *controllerclient.Client is one.
-type Leaser interface {
-	AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error)
-	ReleaseJobVNI(ctx context.Context, lease controllerclient.Lease) error
 }
 
 // SpecWriter writes the claims' CDI specs; *cdispec.Writer is one.
@@ -58,38 +51,37 @@ type Policy struct {
 	Limits *cxi.Limits
 }
 
-// Env names, as Slurm's Slingshot plugin sets them.
-const (
-	EnvDevices = "SLINGSHOT_DEVICES"
-	EnvSvcIDs  = "SLINGSHOT_SVC_IDS"
-	EnvVNIs    = "SLINGSHOT_VNIS"
-	EnvTCs     = "SLINGSHOT_TCS"
-)
-
 // ManagerConfig is what a Manager is made of.
 type ManagerConfig struct {
 	Driver    string
 	Node      string
 	StateDir  string
-	NICs      []NICDevice
-	Leaser    Leaser
+	NICs []NICDevice
+	// Leases are the node's lease holds, the engine's, shared with the
+	// device-plugin front end: a claim holds its lease as
+	// engine.ClaimHolder(uid).
+	Leases    *engine.Leases
 	CDI       SpecWriter
 	Policy    func() Policy
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil: not measured
 	OpenNetns func(path string) (Netns, error)
+	// BindReady says whether a prepared claim's services can be bound
+	// when its pod's sandbox starts (the runtime's NRI connection is up);
+	// nil: always. Prepare refuses while it returns an error: a container
+	// must not start on services that admit nobody.
+	BindReady func() error
 }
 
-// Netns is a network namespace held open: while it is, the kernel cannot
-// free it, so the inode the services name cannot pass to another one.
-type Netns interface {
-	Inode() uint32
-	Close() error
-}
+// Netns is a network namespace held open (engine.Handle): while it is,
+// the kernel cannot free it, so the inode the services name cannot pass
+// to another one.
+type Netns = engine.Handle
 
 // Manager prepares, binds and unprepares claims. Its methods are safe for
-// concurrent use: the steps of one claim are ordered by the claim's lock,
-// and lease decisions by one lock of their own.
+// concurrent use: the steps of one claim are ordered by the claim's lock;
+// the lease holds are the engine's, which hold no lock across a call to
+// the controller.
 type Manager struct {
 	cfg   ManagerConfig
 	log   *slog.Logger
@@ -98,12 +90,9 @@ type Manager struct {
 	m     *Metrics
 
 	claimLocks keylock.Set
-	// leaseMu orders acquiring and releasing leases, so that a claim's
-	// release cannot cross another claim's acquire of the same lease.
-	leaseMu sync.Mutex
-
-	nsMu sync.Mutex       // guards held
-	held map[string]Netns // claim UID → the namespace its services admit
+	// ns keeps open, by claim holder, the namespace the claim's services
+	// admit, from the bind until they are destroyed.
+	ns engine.Namespaces
 }
 
 // NewManager opens the claims' checkpoint and returns the Manager.
@@ -118,10 +107,17 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.OpenNetns == nil {
 		cfg.OpenNetns = OpenNetns
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{},
-		store: st, m: cfg.Metrics, held: map[string]Netns{}}
+	if cfg.Leases == nil {
+		return nil, errors.New("dra: ManagerConfig.Leases is required")
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, store: st, m: cfg.Metrics}
 	for _, n := range cfg.NICs {
 		m.nics[n.Name] = n
+	}
+	for _, rec := range st.all() {
+		if !rec.Released && rec.LeaseKey != "" {
+			cfg.Leases.Restore(rec.LeaseKey, engine.ClaimHolder(rec.UID))
+		}
 	}
 	return m, nil
 }
@@ -140,6 +136,11 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	start := time.Now()
 	defer func() { m.m.observe("prepare", start, err) }()
 	uid := string(claim.UID)
+	if m.cfg.BindReady != nil {
+		if err := m.cfg.BindReady(); err != nil {
+			return nil, fmt.Errorf("claim %s/%s: its services could not be bound when its pod starts: %w", claim.Namespace, claim.Name, err)
+		}
+	}
 	unlock := m.claimLocks.Lock(uid)
 	defer unlock()
 
@@ -159,6 +160,10 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		if err := m.lease(ctx, rec); err != nil {
 			return nil, err
 		}
+	} else {
+		// The claim may be reserved for more pods now: those are refused
+		// at their sandbox, which must know them.
+		rec.Pods = podsOf(claim)
 	}
 	created, err := m.ensureServices(ctx, rec)
 	if err == nil {
@@ -194,17 +199,24 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
 		}
 		rec.Results = append(rec.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
 	}
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.Resource == "pods" && ref.APIGroup == "" {
-			rec.Pods = append(rec.Pods, PodRef{UID: string(ref.UID), Namespace: claim.Namespace, Name: ref.Name})
-		}
-	}
+	rec.Pods = podsOf(claim)
 	cfg, err := configOf(claim, m.cfg.Driver)
 	if err != nil {
 		return nil, err
 	}
 	rec.Config = cfg
 	return rec, nil
+}
+
+// podsOf are the pods claim is reserved for.
+func podsOf(claim *resourceapi.ResourceClaim) []PodRef {
+	var out []PodRef
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource == "pods" && ref.APIGroup == "" {
+			out = append(out, PodRef{UID: string(ref.UID), Namespace: claim.Namespace, Name: ref.Name})
+		}
+	}
+	return out
 }
 
 // lease leases the claim's VNI and records the claim durably before any
@@ -214,9 +226,8 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 		return fmt.Errorf("claim %s is reserved for no pod: whose job it serves is unknown", rec.Key())
 	}
 	pod := rec.Pods[0]
-	m.leaseMu.Lock()
-	defer m.leaseMu.Unlock()
-	l, err := m.cfg.Leaser.AcquireJobVNI(ctx, controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: rec.Config.VNI})
+	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: rec.Config.VNI}
+	l, err := m.cfg.Leases.Acquire(ctx, engine.ClaimHolder(rec.UID), ref)
 	if err != nil {
 		return fmt.Errorf("lease VNI for claim %s (pod %s/%s): %w", rec.Key(), pod.Namespace, pod.Name, err)
 	}
@@ -228,7 +239,7 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 		}
 	}
 	m.store.remove(rec.UID)
-	m.releaseLocked(ctx, rec)
+	m.release(ctx, rec)
 	return fmt.Errorf("record claim %s: %w", rec.Key(), err)
 }
 
@@ -305,10 +316,7 @@ func (m *Manager) rollback(ctx context.Context, rec *Record, created []Service, 
 	}
 	if fresh && len(rec.Services) == 0 {
 		_ = m.cfg.CDI.Remove(cdiKey(rec.UID))
-		m.leaseMu.Lock()
-		released := m.releaseLocked(ctx, rec)
-		m.leaseMu.Unlock()
-		if released {
+		if m.release(ctx, rec) {
 			m.store.remove(rec.UID)
 		} else if err := m.store.put(rec); err != nil {
 			m.log.Error("rollback: record", "claim", rec.Key(), "err", err)
@@ -321,20 +329,15 @@ func (m *Manager) rollback(ctx context.Context, rec *Record, created []Service, 
 	}
 }
 
-// releaseLocked gives up the claim's hold on its lease: at the controller
-// when no other claim of this node holds it. It reports whether the hold
-// is gone. m.leaseMu is held.
-func (m *Manager) releaseLocked(ctx context.Context, rec *Record) bool {
-	if rec.Released || rec.LeaseKey == "" && !rec.Local {
-		rec.Released = true
+// release gives up the claim's hold on its lease: at the controller when
+// no other holder of this node holds it. It reports whether the hold is
+// gone; a failed release is retried by calling it again.
+func (m *Manager) release(ctx context.Context, rec *Record) bool {
+	if rec.Released {
 		return true
 	}
-	if !rec.Local && m.store.holders(rec.LeaseKey, rec.UID) > 0 {
-		rec.Released = true
-		return true // other claims on this node run on the VNI
-	}
 	l := controllerclient.Lease{Key: rec.LeaseKey, VNI: rec.VNI, Scope: controllerclient.Scope(rec.Scope), Local: rec.Local}
-	if err := m.cfg.Leaser.ReleaseJobVNI(ctx, l); err != nil {
+	if err := m.cfg.Leases.Release(ctx, engine.ClaimHolder(rec.UID), l); err != nil {
 		m.log.Warn("release VNI; will retry", "claim", rec.Key(), "vni", rec.VNI, "err", err)
 		return false
 	}
@@ -342,33 +345,53 @@ func (m *Manager) releaseLocked(ctx context.Context, rec *Record) bool {
 	return true
 }
 
-// env is the claim's SLINGSHOT_* environment.
+// env is the claim's SLINGSHOT_* environment, and the variable that names
+// the claim to the container guard (claimMarker).
 func (m *Manager) env(rec *Record) []string {
-	var devs, ids []string
+	b := engine.Binding{VNI: rec.VNI, TCs: m.cfg.Policy().TCs, Suffix: rec.Config.EnvSuffix}
 	for _, n := range m.nicsOf(rec) {
-		devs = append(devs, n.Name)
-		for _, s := range rec.Services {
-			if s.NIC == n.Name {
-				ids = append(ids, strconv.FormatUint(uint64(s.ID), 10))
-			}
+		b.NICs = append(b.NICs, n.Name)
+		var id uint32
+		if i := slices.IndexFunc(rec.Services, func(s Service) bool { return s.NIC == n.Name }); i >= 0 {
+			id = rec.Services[i].ID
+		}
+		b.Services = append(b.Services, id)
+	}
+	return append(engine.Env(b), claimMarker(rec))
+}
+
+// claimMarkerPrefix starts the variable each claim's CDI spec sets in its
+// containers, named by the claim's UID so that two claims never collide.
+// The kubelet prepares a claim once for all the pods that share it, so
+// the agent hears of the second pod only through its containers: the
+// marker is how the container guard knows which claims a container
+// carries.
+const claimMarkerPrefix = "SLINGSHOT_CLAIM_"
+
+func claimMarker(rec *Record) string {
+	return claimMarkerPrefix + markerName(rec.UID) + "=" + rec.UID
+}
+
+// markerName makes a UID an environment variable name's tail.
+func markerName(uid string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, uid)
+}
+
+// markedClaims are the claim UIDs a container's environment carries.
+func markedClaims(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(k, claimMarkerPrefix) && k == claimMarkerPrefix+markerName(v) {
+			out = append(out, v)
 		}
 	}
-	vnis := ""
-	if rec.VNI != 0 {
-		vnis = strconv.Itoa(int(rec.VNI))
-	}
-	name := func(base string) string {
-		if rec.Config.EnvSuffix == "" {
-			return base
-		}
-		return base + "_" + rec.Config.EnvSuffix
-	}
-	return []string{
-		name(EnvDevices) + "=" + strings.Join(devs, ","),
-		name(EnvSvcIDs) + "=" + strings.Join(ids, ","),
-		name(EnvVNIs) + "=" + vnis,
-		name(EnvTCs) + "=" + m.cfg.Policy().TCs.String(),
-	}
+	return out
 }
 
 // writeSpec writes the claim's CDI spec: its device nodes and environment.
@@ -445,17 +468,13 @@ func (m *Manager) teardown(ctx context.Context, rec *Record) error {
 		rec.Services = slices.DeleteFunc(rec.Services, func(x Service) bool { return x == s })
 	}
 	if len(errs) == 0 {
-		m.releaseNetns(rec.UID)
+		m.ns.Release(engine.ClaimHolder(rec.UID))
 		if err := m.cfg.CDI.Remove(cdiKey(rec.UID)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 {
-		m.leaseMu.Lock()
-		if !m.releaseLocked(ctx, rec) {
-			errs = append(errs, fmt.Errorf("release VNI %d of claim %s: the controller did not answer", rec.VNI, rec.Key()))
-		}
-		m.leaseMu.Unlock()
+	if len(errs) == 0 && !m.release(ctx, rec) {
+		errs = append(errs, fmt.Errorf("release VNI %d of claim %s: the controller did not answer", rec.VNI, rec.Key()))
 	}
 	if len(errs) == 0 {
 		m.store.remove(rec.UID)
@@ -531,74 +550,161 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 	case rec.Unpreparing || !rec.Prepared:
 		return fmt.Errorf("%w: claim %s is not prepared", ErrNotBound, rec.Key())
 	case rec.BoundPod != "" && rec.BoundPod != sb.UID:
-		return fmt.Errorf("%w: claim %s is bound to pod %s on this node; its services admit one pod's namespace (give each pod its claim with a ResourceClaimTemplate)",
-			ErrNotBound, rec.Key(), rec.BoundPod)
+		return fmt.Errorf("%w: %s", ErrNotBound, sharedClaimMessage(rec, sb))
 	}
 	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
 	if err != nil {
 		return fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
 	}
 	inode := ns.Inode()
-	keep := false
-	defer func() {
-		if !keep {
-			_ = ns.Close()
+	replaced, err := m.replaceStale(ctx, rec, inode)
+	if err != nil {
+		_ = ns.Close()
+		return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
+	}
+	targets := make([]engine.Target, 0, len(rec.Services))
+	for _, s := range rec.Services {
+		targets = append(targets, engine.Target{NIC: s.NIC, ID: s.ID, Drv: m.nics[s.NIC].Drv})
+	}
+	holder := engine.ClaimHolder(uid)
+	bound, err := engine.BindAll(ctx, &m.ns, holder, ns, targets)
+	for i := range bound {
+		rec.Services[i].Netns = inode
+	}
+	if err != nil {
+		m.m.error("bind")
+		// The failed service may admit the namespace too (the driver took
+		// the member, then failed to enable): all of them go back to
+		// unbound, so that no service admits the pod and the claim can
+		// bind again.
+		if bound < len(targets) {
+			rec.Services[bound].Netns = inode
 		}
-	}()
-	replaced := false
-	for i, s := range rec.Services {
-		n := m.nics[s.NIC]
-		if s.Netns != 0 && s.Netns != inode {
-			// The sandbox was made again: the old namespace cannot be
-			// dropped from the service, so the service goes.
-			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
-				return fmt.Errorf("%w: claim %s: replace service %d on %s: %w", ErrNotBound, rec.Key(), s.ID, s.NIC, err)
-			}
-			fresh, err := m.createUnbound(ctx, rec, n)
-			if err != nil {
-				rec.Services = slices.Delete(rec.Services, i, i+1)
-				_ = m.store.put(rec)
-				_ = m.store.save()
-				return fmt.Errorf("%w: %w", ErrNotBound, err)
-			}
-			s = fresh
-			replaced = true
-		}
-		if _, err := n.Drv.Bind(ctx, s.ID, inode); err != nil {
-			m.m.error("bind")
-			rec.Services[i] = s
-			_ = m.store.put(rec)
-			_ = m.store.save()
-			return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
-		}
-		s.Netns = inode
-		rec.Services[i] = s
+		return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
 	rec.BoundPod = sb.UID
 	if err := m.store.put(rec); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotBound, err)
+		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
 	if replaced {
 		if err := m.writeSpec(rec); err != nil {
-			return fmt.Errorf("%w: %w", ErrNotBound, err)
+			return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 		}
 	}
 	if err := m.store.save(); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotBound, err)
+		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
-	m.holdNetns(uid, ns)
-	keep = true
 	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
 	return nil
 }
 
+// sharedClaimMessage says why a second pod of a claim is refused, and
+// what to do, for the person reading the pod's events.
+func sharedClaimMessage(rec *Record, sb Sandbox) string {
+	return fmt.Sprintf("ResourceClaim %s is in use by pod %s on this node: a claim's CXI services admit one pod's network namespace, so pod %s cannot share it; give each pod its own claim with a ResourceClaimTemplate (spec.resourceClaims[].resourceClaimTemplateName), whose claims of one Job share its VNI",
+		rec.Key(), rec.BoundPod, sb.key())
+}
+
+// replaceStale replaces the services that admit a namespace other than
+// inode (the sandbox was made again: the driver cannot drop a member)
+// with unbound ones on the same VNI, recording each step durably. It
+// reports whether any was replaced (the CDI spec must name the new IDs).
+func (m *Manager) replaceStale(ctx context.Context, rec *Record, inode uint32) (bool, error) {
+	replaced := false
+	for i, s := range rec.Services {
+		if s.Netns == 0 || s.Netns == inode {
+			continue
+		}
+		if err := m.renew(ctx, rec, i); err != nil {
+			return replaced, err
+		}
+		replaced = true
+	}
+	if !replaced {
+		return false, nil
+	}
+	// No service names the old namespace now: its handle may go.
+	m.ns.Release(engine.ClaimHolder(rec.UID))
+	return true, nil
+}
+
+// renew destroys rec's i-th service and makes a new, unbound one on its
+// NIC, recording the change durably before and after, so that a crash
+// leaves nothing a restart cannot find.
+func (m *Manager) renew(ctx context.Context, rec *Record, i int) error {
+	s := rec.Services[i]
+	n := m.nics[s.NIC]
+	if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+		m.m.error("destroy")
+		return fmt.Errorf("replace service %d on %s: %w", s.ID, s.NIC, err)
+	}
+	rec.Services = slices.Delete(rec.Services, i, i+1)
+	fresh, err := m.createUnbound(ctx, rec, n)
+	if err != nil {
+		return errors.Join(err, m.record(rec))
+	}
+	rec.Services = slices.Insert(rec.Services, i, fresh)
+	if err := m.record(rec); err != nil {
+		// Unrecorded, the service would be nobody's: it goes now.
+		if derr := n.Drv.Destroy(ctx, fresh.ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
+			err = errors.Join(err, fmt.Errorf("destroy unrecorded service %d on %s: %w", fresh.ID, n.Name, derr))
+		}
+		rec.Services = slices.Delete(rec.Services, i, i+1)
+		return err
+	}
+	return nil
+}
+
+// record stores rec and writes it durably.
+func (m *Manager) record(rec *Record) error {
+	if err := m.store.put(rec); err != nil {
+		return err
+	}
+	return m.store.save()
+}
+
+// unbindAll undoes a bind that failed part-way: every service that may
+// admit inode is replaced by an unbound one, and once none does the
+// namespace is let go. What cannot be replaced stays recorded as
+// admitting inode, with the namespace held, until the next bind or the
+// Unprepare replaces or destroys it.
+func (m *Manager) unbindAll(ctx context.Context, rec *Record, inode uint32) error {
+	var errs []error
+	for i := range rec.Services {
+		if rec.Services[i].Netns != inode {
+			continue
+		}
+		if err := m.renew(ctx, rec, i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rec.BoundPod = ""
+	if err := m.record(rec); err != nil {
+		errs = append(errs, err)
+	}
+	if !slices.ContainsFunc(rec.Services, func(s Service) bool { return s.Netns == inode }) {
+		m.ns.Release(engine.ClaimHolder(rec.UID))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("undo the bind: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
 // Check reports whether a container of the sandbox's pod may start: every
-// service of every claim reserved for it admits the sandbox's current
+// service of every claim reserved for its pod, or named by the
+// container's environment (env, as the runtime will start it: the
+// claims' CDI specs set claimMarker), admits the sandbox's current
 // namespace alone and is enabled, as the driver says now. It returns the
 // environment that names the services as they are, for the runtime to
 // set over the CDI spec's (which a replaced service made stale).
-func (m *Manager) Check(ctx context.Context, sb Sandbox) ([]string, error) {
+func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string, error) {
 	uids := m.claimsOf(sb.UID)
+	for _, uid := range markedClaims(env) {
+		if !slices.Contains(uids, uid) {
+			uids = append(uids, uid)
+		}
+	}
 	if len(uids) == 0 {
 		return nil, nil
 	}
@@ -611,62 +717,29 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox) ([]string, error) {
 	}
 	inode := ns.Inode()
 	_ = ns.Close()
-	var env []string
+	var out []string
 	for _, uid := range uids {
 		rec, ok := m.store.get(uid)
-		if !ok {
-			continue
-		}
-		if rec.BoundPod != sb.UID {
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w: the container carries claim %s, which this node has not prepared", ErrNotBound, uid)
+		case rec.BoundPod != "" && rec.BoundPod != sb.UID:
+			return nil, fmt.Errorf("%w: %s", ErrNotBound, sharedClaimMessage(rec, sb))
+		case rec.BoundPod != sb.UID:
 			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.key())
 		}
 		for _, s := range rec.Services {
-			svc, err := m.nics[s.NIC].Drv.Get(ctx, s.ID)
-			if err != nil {
+			if err := engine.CheckBound(ctx, m.nics[s.NIC].Drv, s.NIC, s.ID, inode, rec.VNI); err != nil {
 				return nil, fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
 			}
-			want := cxi.Member{Type: cxi.MemberNetNS, ID: inode}
-			if !svc.Enabled || !svc.RestrictedMembers || !slices.Equal(svc.Members, []cxi.Member{want}) || !slices.Contains(svc.VNIs, rec.VNI) {
-				return nil, fmt.Errorf("%w: claim %s: service %d on %s is enabled=%v with members %v and VNIs %v, want enabled with netns %d alone and VNI %d",
-					ErrNotBound, rec.Key(), s.ID, s.NIC, svc.Enabled, svc.Members, svc.VNIs, inode, rec.VNI)
-			}
 		}
-		env = append(env, m.env(rec)...)
+		out = append(out, m.env(rec)...)
 	}
-	return env, nil
-}
-
-// holdNetns keeps ns open for claim uid, closing the one held before.
-func (m *Manager) holdNetns(uid string, ns Netns) {
-	m.nsMu.Lock()
-	old := m.held[uid]
-	m.held[uid] = ns
-	m.nsMu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
-}
-
-func (m *Manager) releaseNetns(uid string) {
-	m.nsMu.Lock()
-	old := m.held[uid]
-	delete(m.held, uid)
-	m.nsMu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
+	return out, nil
 }
 
 // Close closes the namespaces held.
-func (m *Manager) Close() {
-	m.nsMu.Lock()
-	held := m.held
-	m.held = map[string]Netns{}
-	m.nsMu.Unlock()
-	for _, ns := range held {
-		_ = ns.Close()
-	}
-}
+func (m *Manager) Close() { m.ns.CloseAll() }
 
 // fileNetns is a namespace held by an open file.
 type fileNetns struct {
@@ -696,33 +769,75 @@ func OpenNetns(path string) (Netns, error) {
 	return &fileNetns{f: f, inode: uint32(st.Ino)}, nil
 }
 
-// Resync holds again the namespaces of the bound claims of running pods,
-// after a restart of the agent or the runtime; a pod whose namespace is
-// not the one its services admit is logged, and bound anew when its
-// sandbox runs again.
-func (m *Manager) Resync(sandboxes []Sandbox) {
+// SyncReport counts what Synchronize did.
+type SyncReport struct {
+	// Held: bound claims of running pods whose namespaces are held again.
+	// Bound: prepared claims of running pods bound now (their sandbox
+	// started while the agent or NRI was away). Failed: claims of running
+	// pods that could not be bound, each logged; their containers' next
+	// start is refused.
+	Held, Bound, Failed int
+}
+
+// Synchronize is the runtime's list of running sandboxes, after the agent
+// or the runtime (re)connected: the namespaces of bound claims are held
+// again, and a prepared claim whose pod runs but whose services do not
+// admit its namespace (its sandbox started while nothing could bind it) is
+// bound now.
+func (m *Manager) Synchronize(ctx context.Context, sandboxes []Sandbox) SyncReport {
 	byUID := map[string]Sandbox{}
 	for _, sb := range sandboxes {
 		byUID[sb.UID] = sb
 	}
+	var rep SyncReport
 	for _, rec := range m.store.all() {
+		if !rec.Prepared || rec.Unpreparing || len(rec.Services) == 0 {
+			continue
+		}
 		sb, ok := byUID[rec.BoundPod]
-		if !ok || len(rec.Services) == 0 || sb.NetnsPath == "" {
+		if !ok {
+			for _, p := range rec.Pods {
+				if sb, ok = byUID[p.UID]; ok {
+					break
+				}
+			}
+		}
+		if !ok || sb.NetnsPath == "" {
+			continue // no pod of the claim runs; or hostNetwork, refused at its containers
+		}
+		if m.holdAgain(rec, sb) {
+			rep.Held++
 			continue
 		}
-		ns, err := m.cfg.OpenNetns(sb.NetnsPath)
-		if err != nil {
-			m.log.Warn("namespace of a bound claim's pod cannot be opened; its services stay", "claim", rec.Key(), "err", err)
+		if err := m.bindClaim(ctx, rec.UID, sb); err != nil {
+			rep.Failed++
+			m.log.Error("bind a running pod's claim after (re)connecting to the runtime", "claim", rec.Key(), "pod", sb.key(), "err", err)
 			continue
 		}
-		if ns.Inode() != rec.Services[0].Netns {
-			m.log.Warn("a running pod's namespace is not the one its claim's services admit", "claim", rec.Key(),
-				"netns", rec.Services[0].Netns, "now", ns.Inode())
-			_ = ns.Close()
-			continue
-		}
-		m.holdNetns(rec.UID, ns)
+		rep.Bound++
+		m.log.Warn("bound a running pod's claim late: its sandbox started while nothing could bind it; its containers started before are not checked",
+			"claim", rec.Key(), "pod", sb.key())
 	}
+	return rep
+}
+
+// holdAgain holds the namespace of a claim bound to sb's pod, when every
+// service admits it; it reports whether it did.
+func (m *Manager) holdAgain(rec *Record, sb Sandbox) bool {
+	if rec.BoundPod != sb.UID {
+		return false
+	}
+	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
+	if err != nil {
+		m.log.Warn("namespace of a bound claim's pod cannot be opened; its services stay", "claim", rec.Key(), "err", err)
+		return false
+	}
+	if slices.ContainsFunc(rec.Services, func(s Service) bool { return s.Netns != ns.Inode() }) {
+		_ = ns.Close()
+		return false
+	}
+	m.ns.Keep(engine.ClaimHolder(rec.UID), ns)
+	return true
 }
 
 // ReconcileReport counts what Reconcile did.

@@ -39,7 +39,7 @@ func TestClaimLifecycle(t *testing.T) {
 		t.Fatalf("CDI spec = %q, want the VNI, both devices and their nodes", spec)
 	}
 
-	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900)); !errors.Is(err, ErrNotBound) {
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
 		t.Fatalf("container before the bind: %v, want ErrNotBound", err)
 	}
 	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
@@ -51,11 +51,11 @@ func TestClaimLifecycle(t *testing.T) {
 			t.Fatalf("%s after bind: %+v, want enabled with the sandbox's namespace alone", nic, svcs)
 		}
 	}
-	env, err := r.m.Check(ctx, sandbox("train-0", 4026531900))
+	env, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil)
 	if err != nil || !slices.Contains(env, "SLINGSHOT_VNIS=2000") {
 		t.Fatalf("check = %v, %v; want the environment", env, err)
 	}
-	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531901)); !errors.Is(err, ErrNotBound) {
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531901), nil); !errors.Is(err, ErrNotBound) {
 		t.Fatalf("check in another namespace: %v, want ErrNotBound", err)
 	}
 	if err := r.m.Bind(ctx, Sandbox{UID: "uid-other", Name: "other"}); err != nil {
@@ -124,7 +124,7 @@ func TestSandboxRecreated(t *testing.T) {
 	if len(svcs) != 1 || !slices.Equal(svcs[0].NetNS, []uint32{4026531950}) || svcs[0].Desc.VNIs[0] != 2000 {
 		t.Fatalf("after the new sandbox: %+v, want one service (made again; the driver may reuse its ID) on VNI 2000 admitting the new namespace alone", svcs)
 	}
-	env, err := r.m.Check(ctx, sandbox("train-0", 4026531950))
+	env, err := r.m.Check(ctx, sandbox("train-0", 4026531950), nil)
 	want := fmt.Sprintf("SLINGSHOT_SVC_IDS=%d", svcs[0].Desc.SvcID)
 	if err != nil || !slices.Contains(env, want) {
 		t.Fatalf("check = %v, %v; want %s", env, err, want)
@@ -217,7 +217,7 @@ func TestRestartAndReboot(t *testing.T) {
 	if after := r.services("cxi0"); len(after) != 1 || after[0].Desc.SvcID != before[0].Desc.SvcID || !after[0].Desc.Enable {
 		t.Fatalf("after the restart: %+v, want %+v unchanged", after, before)
 	}
-	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900)); err != nil {
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); err != nil {
 		t.Fatalf("a container after the restart: %v", err)
 	}
 

@@ -1,6 +1,8 @@
 package dra
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -48,5 +50,26 @@ func TestDevices(t *testing.T) {
 		if err := checkDeviceName(d.Name); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// Issue 24, defect 6: against a kubelet that has not made
+// plugins/<driver>/, the agent exited at start; it makes the directories.
+func TestDefect6PluginDirectoriesMade(t *testing.T) {
+	kubelet := t.TempDir()
+	registry, data, err := pluginDirs(kubelet, testDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{registry, data} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: %v, want a directory", d, err)
+		}
+	}
+	if data != filepath.Join(kubelet, "plugins", testDriver) {
+		t.Fatalf("data directory %s", data)
+	}
+	if _, _, err := pluginDirs(kubelet, testDriver); err != nil {
+		t.Fatalf("second start: %v", err)
 	}
 }

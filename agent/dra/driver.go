@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -41,13 +42,17 @@ type Driver struct {
 // Stop. The calls are not serialized: the Manager orders the steps of
 // each claim itself.
 func Start(ctx context.Context, cfg DriverConfig) (*Driver, error) {
+	registry, data, err := pluginDirs(cfg.KubeletDir, cfg.Driver)
+	if err != nil {
+		return nil, err
+	}
 	plugin := &kubeletPlugin{m: cfg.Manager, log: cfg.Logger, fatal: cfg.Fatal}
 	h, err := kubeletplugin.Start(ctx, plugin,
 		kubeletplugin.DriverName(cfg.Driver),
 		kubeletplugin.NodeName(cfg.Node),
 		kubeletplugin.KubeClient(cfg.Kube),
-		kubeletplugin.RegistrarDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins", cfg.Driver)),
+		kubeletplugin.RegistrarDirectoryPath(registry),
+		kubeletplugin.PluginDataDirectoryPath(data),
 		kubeletplugin.Serialize(false),
 		kubeletplugin.HealthService(false),
 	)
@@ -55,6 +60,20 @@ func Start(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, fmt.Errorf("start DRA kubelet plugin %s: %w", cfg.Driver, err)
 	}
 	return &Driver{helper: h, driver: cfg.Driver, node: cfg.Node}, nil
+}
+
+// pluginDirs makes, where the kubelet has not yet, the directories the
+// plugin's sockets go in: the kubelet's plugin registry and the driver's
+// own plugins/<driver>/, which the kubelet never makes.
+func pluginDirs(kubeletDir, driver string) (registry, data string, err error) {
+	registry = filepath.Join(kubeletDir, "plugins_registry")
+	data = filepath.Join(kubeletDir, "plugins", driver)
+	for _, d := range []string{registry, data} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return "", "", fmt.Errorf("DRA kubelet plugin directory: %w", err)
+		}
+	}
+	return registry, data, nil
 }
 
 // Publish replaces the node's ResourceSlice with devs.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
@@ -137,7 +138,7 @@ func newRig(t *testing.T) *rig {
 		nics = append(nics, NICDevice{Name: name, DevPath: "/dev/" + name, Drv: cxi.NewClient(uapi.NewDevice(s))})
 	}
 	r.cfg = ManagerConfig{
-		Driver: testDriver, Node: "node-a", StateDir: r.state, NICs: nics, Leaser: r.leaser, CDI: w,
+		Driver: testDriver, Node: "node-a", StateDir: r.state, NICs: nics, CDI: w,
 		Policy:    func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses} },
 		OpenNetns: openFakeNetns,
 	}
@@ -148,6 +149,7 @@ func newRig(t *testing.T) *rig {
 // restart makes a new Manager on the same state, as an agent restart does.
 func (r *rig) restart() {
 	r.t.Helper()
+	r.cfg.Leases = engine.NewLeases(r.leaser) // a new process: holds from the record
 	m, err := NewManager(r.cfg)
 	if err != nil {
 		r.t.Fatal(err)

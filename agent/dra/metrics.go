@@ -9,8 +9,9 @@ import (
 // Metrics are the DRA path's Prometheus metrics; a nil *Metrics measures
 // nothing.
 type Metrics struct {
-	duration *prometheus.HistogramVec
-	errors   *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	errors       *prometheus.CounterVec
+	nriConnected prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and registers them with reg.
@@ -25,8 +26,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "slingshot_agent_dra_service_errors_total",
 			Help: "CXI service operations of the DRA path that failed, by op: create, bind, destroy.",
 		}, []string{"op"}),
+		nriConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slingshot_agent_nri_connected",
+			Help: "1 while the agent is connected to the container runtime's NRI socket (DRA mode); while 0 no claim's services can be bound, the agent is not ready and Prepare is refused.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.errors} {
+	for _, c := range []prometheus.Collector{m.duration, m.errors, m.nriConnected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -52,4 +57,15 @@ func (m *Metrics) error(op string) {
 	if m != nil {
 		m.errors.WithLabelValues(op).Inc()
 	}
+}
+
+func (m *Metrics) setNRIConnected(up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.nriConnected.Set(v)
 }

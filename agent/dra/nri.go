@@ -2,9 +2,11 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -16,8 +18,46 @@ import (
 // nriPlugin is the agent as a plugin of the container runtime's Node
 // Resource Interface: it binds at RunPodSandbox and guards CreateContainer.
 type nriPlugin struct {
-	m   *Manager
-	log *slog.Logger
+	m     *Manager
+	log   *slog.Logger
+	state *NRIState
+}
+
+// NRIState is the agent's connection to the runtime's NRI socket. Without
+// it nothing binds a claim's services when its pod's sandbox starts, so
+// the agent is not ready and Prepare is refused (ManagerConfig.BindReady)
+// until it is up. Safe for concurrent use.
+type NRIState struct {
+	socket string
+	m      *Metrics
+
+	mu        sync.Mutex // guards the fields below
+	connected bool
+	err       error // why it is not connected
+}
+
+// NewNRIState is the state of a connection to socket not made yet.
+func NewNRIState(socket string, m *Metrics) *NRIState {
+	m.setNRIConnected(false)
+	return &NRIState{socket: socket, m: m, err: errors.New("not connected yet")}
+}
+
+// Ready is nil while connected, else an error saying why not, for
+// /readyz, Prepare's refusal and the pod's event.
+func (s *NRIState) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connected {
+		return nil
+	}
+	return fmt.Errorf("the agent is not connected to the container runtime's NRI socket %s (%w): is NRI enabled in the runtime, and --nri-socket right?", s.socket, s.err)
+}
+
+func (s *NRIState) set(connected bool, err error) {
+	s.mu.Lock()
+	s.connected, s.err = connected, err
+	s.mu.Unlock()
+	s.m.setNRIConnected(connected)
 }
 
 // sandboxOf reads the runtime's pod sandbox.
@@ -45,7 +85,7 @@ func (p *nriPlugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 // to its namespace, and sets the environment to name the services as
 // they are.
 func (p *nriPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	env, err := p.m.Check(ctx, sandboxOf(pod))
+	env, err := p.m.Check(ctx, sandboxOf(pod), ctr.GetEnv())
 	if err != nil {
 		p.log.Error("refusing container", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "err", err)
 		return nil, nil, fmt.Errorf("slingshot: %w", err)
@@ -61,21 +101,27 @@ func (p *nriPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	return adj, nil, nil
 }
 
-// Synchronize holds again, after the agent or the runtime restarted, the
-// namespaces of the running pods' bound claims.
-func (p *nriPlugin) Synchronize(_ context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+// Synchronize, the runtime's first call on a new connection, holds again
+// the namespaces of the running pods' bound claims and binds the prepared
+// claims of pods whose sandbox started while the agent was not connected.
+// The connection counts as up from here.
+func (p *nriPlugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	sbs := make([]Sandbox, 0, len(pods))
 	for _, pod := range pods {
 		sbs = append(sbs, sandboxOf(pod))
 	}
-	p.m.Resync(sbs)
+	rep := p.m.Synchronize(ctx, sbs)
+	p.state.set(true, nil)
+	p.log.Info("connected to the runtime's NRI socket", "pods", len(pods), "claims_held", rep.Held, "claims_bound_late", rep.Bound, "claims_failed", rep.Failed)
 	return nil, nil
 }
 
 // RunNRI serves the runtime's NRI socket until ctx ends, connecting again
-// (with a bounded backoff between attempts) when the runtime restarts.
-func RunNRI(ctx context.Context, m *Manager, socket string, log *slog.Logger) error {
-	p := &nriPlugin{m: m, log: log}
+// (with a bounded backoff between attempts) when the runtime restarts;
+// state follows the connection.
+func RunNRI(ctx context.Context, m *Manager, state *NRIState, log *slog.Logger) error {
+	p := &nriPlugin{m: m, log: log, state: state}
+	socket := state.socket
 	retry := backoff.Policy{Initial: 250 * time.Millisecond, Max: 5 * time.Second, Factor: 2, Jitter: 0.2}
 	for attempt := 0; ; attempt++ {
 		s, err := stub.New(p, stub.WithPluginName("slingshot"), stub.WithPluginIdx("50"), stub.WithSocketPath(socket))
@@ -83,6 +129,10 @@ func RunNRI(ctx context.Context, m *Manager, socket string, log *slog.Logger) er
 			log.Info("connecting to the runtime's NRI socket", "socket", socket)
 			err = s.Run(ctx)
 		}
+		if err == nil {
+			err = errors.New("the runtime closed the connection")
+		}
+		state.set(false, err)
 		if ctx.Err() != nil {
 			return nil
 		}

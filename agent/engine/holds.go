@@ -1,11 +1,11 @@
-package agent
+package engine
 
 import "sync"
 
-// leaseHolds counts the local pods that hold each controller lease. The
-// controller records a job's lease as held by a node, not by a pod, so the
-// node's hold may be released only with its last local holder: the other
-// pods of the job on this node still run on the VNI.
+// leaseHolds counts the local holders (pods, claims) of each controller
+// lease. The controller records a job's lease as held by a node, not by a
+// pod, so the node's hold may be released only with its last local holder:
+// the other pods of the job on this node still run on the VNI.
 //
 // A release and an acquire of one lease may cross: a pod's acquire is
 // answered while another pod's release, the last, is on its way, and the
