@@ -53,10 +53,10 @@ type Policy struct {
 
 // ManagerConfig is what a Manager is made of.
 type ManagerConfig struct {
-	Driver    string
-	Node      string
-	StateDir  string
-	NICs []NICDevice
+	Driver   string
+	Node     string
+	StateDir string
+	NICs     []NICDevice
 	// Leases are the node's lease holds, the engine's, shared with the
 	// device-plugin front end: a claim holds its lease as
 	// engine.ClaimHolder(uid).
@@ -641,18 +641,15 @@ func (m *Manager) renew(ctx context.Context, rec *Record, i int) error {
 	rec.Services = slices.Delete(rec.Services, i, i+1)
 	fresh, err := m.createUnbound(ctx, rec, n)
 	if err != nil {
+		// The claim lacks a service on n now: its containers are refused
+		// (Check) until a Prepare or Reconcile makes it again.
 		return errors.Join(err, m.record(rec))
 	}
 	rec.Services = slices.Insert(rec.Services, i, fresh)
-	if err := m.record(rec); err != nil {
-		// Unrecorded, the service would be nobody's: it goes now.
-		if derr := n.Drv.Destroy(ctx, fresh.ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
-			err = errors.Join(err, fmt.Errorf("destroy unrecorded service %d on %s: %w", fresh.ID, n.Name, derr))
-		}
-		rec.Services = slices.Delete(rec.Services, i, i+1)
-		return err
-	}
-	return nil
+	// Recorded in memory even when the write fails: Unprepare destroys it,
+	// and after a crash the start-up reconcile destroys an unbound service
+	// no record names.
+	return m.record(rec)
 }
 
 // record stores rec and writes it durably.
@@ -670,8 +667,9 @@ func (m *Manager) record(rec *Record) error {
 // Unprepare replaces or destroys it.
 func (m *Manager) unbindAll(ctx context.Context, rec *Record, inode uint32) error {
 	var errs []error
-	for i := range rec.Services {
-		if rec.Services[i].Netns != inode {
+	for _, s := range slices.Clone(rec.Services) {
+		i := slices.Index(rec.Services, s)
+		if s.Netns != inode || i < 0 {
 			continue
 		}
 		if err := m.renew(ctx, rec, i); err != nil {
@@ -728,6 +726,9 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 		case rec.BoundPod != sb.UID:
 			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.key())
 		}
+		if missing := m.missingServices(rec); len(missing) > 0 {
+			return nil, fmt.Errorf("%w: claim %s has no service on %s", ErrNotBound, rec.Key(), strings.Join(missing, ","))
+		}
 		for _, s := range rec.Services {
 			if err := engine.CheckBound(ctx, m.nics[s.NIC].Drv, s.NIC, s.ID, inode, rec.VNI); err != nil {
 				return nil, fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
@@ -736,6 +737,21 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 		out = append(out, m.env(rec)...)
 	}
 	return out, nil
+}
+
+// missingServices are the claim's NICs without a service; none when it
+// opted out of a VNI.
+func (m *Manager) missingServices(rec *Record) []string {
+	var out []string
+	if rec.VNI == 0 {
+		return nil
+	}
+	for _, n := range m.nicsOf(rec) {
+		if !slices.ContainsFunc(rec.Services, func(s Service) bool { return s.NIC == n.Name }) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }
 
 // Close closes the namespaces held.

@@ -1,0 +1,266 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/cxi"
+)
+
+// The defects of issue 24, each shown on the DRA front end.
+
+// Defect 1: a second pod on a shared ResourceClaim ran with /dev/cxiN and
+// the first pod's services. The kubelet prepares a claim once for all its
+// pods, so the agent may hear of the second pod only through its
+// containers, which carry the claim's marker from the CDI spec; when the
+// kubelet does call Prepare again, the refreshed reservation refuses the
+// second pod at its sandbox.
+func TestDefect1SharedClaimSecondPodRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	c := claim("c1", "train-0", "", "cxi0")
+	if _, err := r.m.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := r.m.store.get("c1")
+	specEnv := r.m.env(rec) // what the CDI spec gives every container of the claim
+	spec, _ := r.spec("c1")
+	if !strings.Contains(spec, claimMarker(rec)) {
+		t.Fatalf("the CDI spec lacks the claim's marker %s: %s", claimMarker(rec), spec)
+	}
+
+	// The second pod's sandbox: the kubelet did not prepare again, so the
+	// agent does not know the pod; its container carries the claim.
+	second := sandbox("train-1", 4026531901)
+	if err := r.m.Bind(ctx, second); err != nil {
+		t.Fatalf("a sandbox of a pod the agent does not know: %v", err)
+	}
+	_, err := r.m.Check(ctx, second, append([]string{"PATH=/bin"}, specEnv...))
+	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "ns/claim-c1") || !strings.Contains(err.Error(), "ResourceClaimTemplate") {
+		t.Fatalf("second pod's container: %v, want a refusal naming the claim and the fix", err)
+	}
+	// The first pod's containers still start.
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), specEnv); err != nil {
+		t.Fatalf("first pod's container: %v", err)
+	}
+
+	// A Prepare that sees both pods reserved refuses the second at its
+	// sandbox.
+	c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "train-1", UID: types.UID("uid-train-1")})
+	if _, err := r.m.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	err = r.m.Bind(ctx, second)
+	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "ns/claim-c1") {
+		t.Fatalf("second pod's sandbox after the refreshed Prepare: %v, want a refusal naming the claim", err)
+	}
+	if svcs := r.services("cxi0"); len(svcs) != 1 || len(svcs[0].NetNS) != 1 || svcs[0].NetNS[0] != 4026531900 {
+		t.Fatalf("services %+v, want the first pod's namespace alone", svcs)
+	}
+}
+
+// Defect 2: with NRI unreachable, pods ran on disabled, memberless
+// services while the agent said it was ready. Prepare is refused while
+// nothing can bind; once connected, Synchronize binds the running
+// sandbox of a prepared claim that nothing bound.
+func TestDefect2NRIUnreachableFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	state := NewNRIState("/run/nri/nri.sock", nil)
+	r.cfg.BindReady = state.Ready
+	r.restart()
+	if err := state.Ready(); err == nil || !strings.Contains(err.Error(), "NRI") {
+		t.Fatalf("Ready before any connection = %v, want an error naming NRI", err)
+	}
+	_, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0"))
+	if err == nil || !strings.Contains(err.Error(), "NRI") {
+		t.Fatalf("Prepare without NRI: %v, want a refusal naming NRI", err)
+	}
+	if len(r.services("cxi0")) != 0 || len(r.m.Records()) != 0 || r.leaser.holds("job/ns/train") {
+		t.Fatal("a refused Prepare left a service, record or lease")
+	}
+
+	state.set(true, nil)
+	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0")); err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox started while the connection was down again: nothing
+	// bound it. The runtime's Synchronize on reconnecting lists it.
+	state.set(false, errors.New("runtime restarted"))
+	sb := sandbox("train-0", 4026531900)
+	rep := r.m.Synchronize(ctx, []Sandbox{sb, sandbox("unrelated", 4026531999)})
+	if rep.Bound != 1 || rep.Failed != 0 {
+		t.Fatalf("synchronize = %+v, want the claim bound", rep)
+	}
+	if _, err := r.m.Check(ctx, sb, nil); err != nil {
+		t.Fatalf("container after synchronize: %v", err)
+	}
+	if r.m.ns.Held(engine.ClaimHolder("c1")) != 4026531900 {
+		t.Fatal("the bound namespace is not held")
+	}
+}
+
+// flakyBind binds through the driver, then reports a failure: the worst
+// case of a bind that fails, the member taken and the error returned.
+type flakyBind struct {
+	Services
+	mu   sync.Mutex
+	fail bool
+}
+
+func (f *flakyBind) Bind(ctx context.Context, id, inode uint32) (cxi.Service, error) {
+	svc, err := f.Services.Bind(ctx, id, inode)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil && f.fail {
+		return svc, errors.New("enable: input/output error")
+	}
+	return svc, err
+}
+
+// Defect 3: a bind that failed on the second NIC left the first service
+// enabled and admitting a namespace whose handle was closed, and the
+// claim could never bind again.
+func TestDefect3BindFailingOnSecondNICLeavesNoServiceAdmitting(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	flaky := &flakyBind{Services: r.cfg.NICs[1].Drv, fail: true}
+	r.cfg.NICs[1].Drv = flaky
+	r.restart()
+	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0", "cxi1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); !errors.Is(err, ErrNotBound) {
+		t.Fatalf("bind failing on cxi1: %v, want ErrNotBound", err)
+	}
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		for _, s := range r.services(nic) {
+			if len(s.NetNS) != 0 || s.Desc.Enable {
+				t.Fatalf("%s: service %d admits %v enabled=%v after the failed bind, want unbound", nic, s.Desc.SvcID, s.NetNS, s.Desc.Enable)
+			}
+		}
+	}
+	if h := r.m.ns.Held(engine.ClaimHolder("c1")); h != 0 {
+		t.Fatalf("namespace %d still held with no service admitting it", h)
+	}
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
+		t.Fatalf("container after the failed bind: %v, want ErrNotBound", err)
+	}
+	// The kubelet makes the sandbox again; the claim binds.
+	flaky.mu.Lock()
+	flaky.fail = false
+	flaky.mu.Unlock()
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531901)); err != nil {
+		t.Fatalf("bind after the failure: %v", err)
+	}
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531901), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blockingLeaser holds the acquires of one pod until released.
+type blockingLeaser struct {
+	*fakeLeaser
+	pod     string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingLeaser) AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error) {
+	if pod.Name == b.pod {
+		close(b.entered)
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			return controllerclient.Lease{}, ctx.Err()
+		}
+	}
+	return b.fakeLeaser.AcquireJobVNI(ctx, pod)
+}
+
+// Defect 4: one lock was held across controller calls, so one slow
+// answer stalled every Prepare and Unprepare on the node.
+func TestDefect4SlowControllerStallsNoOtherClaim(t *testing.T) {
+	r := newRig(t)
+	bl := &blockingLeaser{fakeLeaser: r.leaser, pod: "slow-0", entered: make(chan struct{}), release: make(chan struct{})}
+	r.cfg.Leases = nil
+	leases := engine.NewLeases(bl)
+	cfg := r.cfg
+	cfg.Leases = leases
+	m, err := NewManager(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.m = m
+	if _, err := m.Prepare(t.Context(), claim("old", "done-0", "", "cxi1")); err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		_, err := m.Prepare(t.Context(), claim("slow", "slow-0", "", "cxi0"))
+		slow <- err
+	}()
+	<-bl.entered
+	// The slow acquire is in flight. A deadline turns a stall into a
+	// failure rather than a hung test.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := m.Prepare(ctx, claim("fast", "fast-0", "", "cxi0")); err != nil {
+		t.Fatalf("a claim of another job waited on the slow controller answer: %v", err)
+	}
+	if err := m.Unprepare(ctx, "old"); err != nil {
+		t.Fatalf("an unprepare waited on the slow controller answer: %v", err)
+	}
+	close(bl.release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Defect 5: state-write errors were swallowed: a bind whose record could
+// not be written reported failure but left its services admitting the
+// pod's namespace. It now leaves nothing admitting it.
+func TestDefect5FailedWriteFailsTheBindAndLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0", "cxi1")); err != nil {
+		t.Fatal(err)
+	}
+	// The record can no longer be replaced: its path is a non-empty
+	// directory (root ignores permissions; rename cannot replace it).
+	path := filepath.Join(r.state, StoreName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := r.m.Bind(ctx, sandbox("train-0", 4026531900))
+	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "save claims") {
+		t.Fatalf("bind with an unwritable record: %v, want ErrNotBound from the write", err)
+	}
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		for _, s := range r.services(nic) {
+			if len(s.NetNS) != 0 || s.Desc.Enable {
+				t.Fatalf("%s: service %d admits %v enabled=%v after a bind that could not be recorded", nic, s.Desc.SvcID, s.NetNS, s.Desc.Enable)
+			}
+		}
+	}
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
+		t.Fatalf("container after the failed bind: %v, want ErrNotBound", err)
+	}
+}
