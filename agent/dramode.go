@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +21,11 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
+
+// lostClaimGrace is how long the API server must have stopped allocating a
+// prepared claim to this node, read twice, before the agent unprepares it
+// itself (the kubelet lost its claim state and will never ask).
+const lostClaimGrace = 5 * time.Minute
 
 // draParts are the agent's DRA front end (--api=dra).
 type draParts struct {
@@ -188,6 +194,8 @@ func (a *parts) runDRA(ctx context.Context) error {
 	}
 	g.Go(func() error { return dra.RunNRI(gctx, a.dra.mgr, a.dra.nri, a.logger.With("component", "nri")) })
 	g.Go(func() error { return a.runIPAM(gctx) })
+	collector := &dra.Collector{M: a.dra.mgr, Claims: dra.APIClaims{Client: a.dra.kube}, Grace: lostClaimGrace, Now: time.Now}
+	g.Go(func() error { return collector.Run(gctx, lostClaimGrace/5) })
 	g.Go(func() error { return a.mon.Run(gctx) })
 	g.Go(func() error {
 		for ev := range a.mon.Events() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/slingshot-k8s/slingshot/agent/engine"
@@ -262,5 +263,69 @@ func TestDefect5FailedWriteFailsTheBindAndLeavesNothing(t *testing.T) {
 	}
 	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
 		t.Fatalf("container after the failed bind: %v, want ErrNotBound", err)
+	}
+}
+
+// fakeClaims is the API server's claims, by namespace/name; err, when
+// set, fails every read.
+type fakeClaims struct {
+	claims map[string]*resourceapi.ResourceClaim
+	err    error
+}
+
+func (f *fakeClaims) GetClaim(_ context.Context, ns, name string) (*resourceapi.ResourceClaim, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	c, ok := f.claims[ns+"/"+name]
+	if !ok {
+		return nil, apierrors.NewNotFound(resourceapi.Resource("resourceclaims"), name)
+	}
+	return c, nil
+}
+
+// Defect 7: DRA records were never checked against the API server, so a
+// kubelet that lost its claim state leaked the VNI holds. A claim is
+// collected on proof only: two successful reads, Grace apart, that no
+// longer allocate it to this node; a failed read or a live claim never.
+func TestDefect7LostClaimStateDoesNotLeakTheVNI(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	live := claim("live", "keep-0", "", "cxi0")
+	lost := claim("lost", "gone-0", "", "cxi1")
+	for _, c := range []*resourceapi.ResourceClaim{live, lost} {
+		if _, err := r.m.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := &fakeClaims{claims: map[string]*resourceapi.ResourceClaim{"ns/claim-live": live}}
+	now := time.Now().Add(time.Hour) // past every record's creation grace
+	col := &Collector{M: r.m, Claims: api, Grace: time.Minute, Now: func() time.Time { return now }}
+
+	step := func(d time.Duration, wantCollected int) {
+		t.Helper()
+		now = now.Add(d)
+		rep, err := col.Pass(ctx)
+		if err != nil || rep.Collected != wantCollected {
+			t.Fatalf("pass at +%v = %+v, %v; want %d collected", d, rep, err, wantCollected)
+		}
+	}
+	step(0, 0)              // the first proof
+	step(30*time.Second, 0) // the second, within the grace
+	api.err = errors.New("apiserver unavailable")
+	step(2*time.Minute, 0) // a failed read is no proof
+	if _, ok := r.m.store.get("lost"); !ok {
+		t.Fatal("collected without two proofs past the grace")
+	}
+	api.err = nil
+	step(10*time.Second, 1) // the second proof past the grace
+	if _, ok := r.m.store.get("lost"); ok {
+		t.Fatal("the lost claim is still recorded")
+	}
+	if !r.leaser.holds("job/ns/keep") || r.leaser.holds("job/ns/gone") {
+		t.Fatalf("leases held: %v; want keep's alone", r.leaser.held)
+	}
+	if len(r.services("cxi1")) != 0 || len(r.services("cxi0")) != 1 {
+		t.Fatal("services: want the lost claim's destroyed, the live one's kept")
 	}
 }
