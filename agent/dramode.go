@@ -169,7 +169,7 @@ func (a *parts) runDRA(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("start-up reconcile of the claims: %w", err), g.Wait())
 	}
 	a.logger.Info("reconciled claims with the driver", "kept", rep.Kept, "recreated", rep.Recreated,
-		"unprepares_finished", rep.Finished, "orphans_destroyed", rep.Orphans)
+		"unprepares_finished", rep.Finished, "orphans_destroyed", rep.Orphans, "namespaces_held", rep.Held, "unbound_gone", rep.Unbound)
 	drv, err := dra.Start(gctx, dra.DriverConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, KubeletDir: a.opts.KubeletDir,
 		Kube: a.dra.kube, Manager: a.dra.mgr, Logger: a.logger.With("component", "dra"),

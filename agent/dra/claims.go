@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -582,7 +583,7 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		}
 		return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
-	rec.BoundPod = sb.UID
+	rec.BoundPod, rec.BoundNetns = sb.UID, sb.NetnsPath
 	if err := m.store.put(rec); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
@@ -676,7 +677,7 @@ func (m *Manager) unbindAll(ctx context.Context, rec *Record, inode uint32) erro
 			errs = append(errs, err)
 		}
 	}
-	rec.BoundPod = ""
+	rec.BoundPod, rec.BoundNetns = "", ""
 	if err := m.record(rec); err != nil {
 		errs = append(errs, err)
 	}
@@ -856,9 +857,61 @@ func (m *Manager) holdAgain(rec *Record, sb Sandbox) bool {
 	return true
 }
 
+type holdResult int
+
+const (
+	holdNothing holdResult = iota
+	heldAgain
+	unboundGone
+)
+
+// holdBound holds again, at start, the namespace a bound claim's services
+// admit, opened by the path the runtime named it by: until then a pod's
+// exit could free it while the services still admit its inode. A
+// namespace that is gone (nothing at the path, or another namespace
+// there) has no pod in it any more: the services go back to unbound. Any
+// other failure to open it proves nothing and changes nothing.
+func (m *Manager) holdBound(ctx context.Context, rec *Record) holdResult {
+	var inodes []uint32
+	for _, s := range rec.Services {
+		if s.Netns != 0 && !slices.Contains(inodes, s.Netns) {
+			inodes = append(inodes, s.Netns)
+		}
+	}
+	if len(inodes) == 0 || rec.BoundNetns == "" {
+		return holdNothing
+	}
+	ns, err := m.cfg.OpenNetns(rec.BoundNetns)
+	switch {
+	case err == nil && len(inodes) == 1 && inodes[0] == ns.Inode():
+		m.ns.Keep(engine.ClaimHolder(rec.UID), ns)
+		return heldAgain
+	case err == nil:
+		_ = ns.Close()
+	case !errors.Is(err, fs.ErrNotExist):
+		m.log.Warn("the namespace a bound claim's services admit cannot be opened; they stay bound", "claim", rec.Key(), "path", rec.BoundNetns, "err", err)
+		return holdNothing
+	}
+	var errs []error
+	for _, inode := range inodes {
+		if err := m.unbindAll(ctx, rec, inode); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		m.log.Error("unbind the services of a claim whose namespace is gone", "claim", rec.Key(), "err", errors.Join(errs...))
+		return holdNothing
+	}
+	m.log.Info("a bound claim's namespace is gone; its services are unbound again", "claim", rec.Key(), "path", rec.BoundNetns)
+	return unboundGone
+}
+
 // ReconcileReport counts what Reconcile did.
 type ReconcileReport struct {
 	Kept, Recreated, Finished, Orphans int
+	// Held: bound claims whose namespace is held again; Unbound: bound
+	// claims whose namespace is gone, their services made unbound again.
+	Held, Unbound int
 }
 
 // Reconcile brings the driver and the records together at start: an
@@ -895,6 +948,12 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 			}
 			if err := m.store.put(rec); err != nil {
 				m.log.Error("record claim", "claim", rec.Key(), "err", err)
+			}
+			switch m.holdBound(ctx, rec) {
+			case heldAgain:
+				rep.Held++
+			case unboundGone:
+				rep.Unbound++
 			}
 		}
 		unlock()

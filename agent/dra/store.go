@@ -72,8 +72,11 @@ type Record struct {
 	Released bool   `json:"released,omitempty"`
 	// Services are the claim's services, one per NIC it was allocated.
 	Services []Service `json:"services,omitempty"`
-	// BoundPod is the UID of the pod whose namespace the services admit.
-	BoundPod string `json:"boundPod,omitempty"`
+	// BoundPod is the UID of the pod whose namespace the services admit,
+	// BoundNetns the path the runtime named that namespace by, which a
+	// restarted agent opens to hold it again.
+	BoundPod   string `json:"boundPod,omitempty"`
+	BoundNetns string `json:"boundNetns,omitempty"`
 	// Prepared is set once the services and the CDI spec are complete.
 	Prepared bool `json:"prepared,omitempty"`
 	// Unpreparing is set when Unprepare began; nothing binds it any more.
