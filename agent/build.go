@@ -20,6 +20,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
@@ -283,6 +284,18 @@ func (a *parts) buildState(ctx context.Context) error {
 	store, err := checkpoint.Open(filepath.Join(a.opts.StateDir, CheckpointName), a.opts.NodeName)
 	if err != nil {
 		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
+	}
+	// Claims of an agent that kept them in their own file join the one
+	// record first, so that both front ends see every service made.
+	moved, err := dra.MigrateLegacy(a.opts.StateDir, a.opts.NodeName, store)
+	if err != nil {
+		return fmt.Errorf("DRA claims of an earlier agent (move the file aside to start afresh, after checking the services with inspect): %w", err)
+	}
+	if moved > 0 {
+		a.logger.Info("moved the DRA claims of an earlier agent into the checkpoint", "claims", moved)
+	}
+	if n := len(store.Claims()); n > 0 && a.opts.API != APIDRA {
+		return fmt.Errorf("--api=%s: the checkpoint records %d DRA claims; switch a node's API once its pods are drained (slingshot-agent inspect lists them)", a.opts.API, n)
 	}
 	a.b.useStore(store)
 	client, err := newLeaser(ctx, a.opts, a.b.inUseVNIs, a.logger, a.reg)

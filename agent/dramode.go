@@ -88,7 +88,7 @@ func (a *parts) buildDRA(context.Context) error {
 		}
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
-		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, StateDir: a.opts.StateDir,
+		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
 		NICs: nics, Leases: a.b.leases, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
@@ -107,7 +107,7 @@ func (a *parts) buildDRA(context.Context) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("DRA claims checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
+		return fmt.Errorf("DRA front end: %w", err)
 	}
 	a.dra = &draParts{mgr: mgr, kube: kube, roots: roots, nri: nri}
 	return nil

@@ -21,6 +21,11 @@ func (b *binder) inUseVNIs(ctx context.Context) ([]uint16, error) {
 			set[p.VNI] = true
 		}
 	}
+	for _, c := range b.store.Claims() {
+		if c.VNI != 0 {
+			set[c.VNI] = true
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(b.nics)) {
 		svcs, err := b.nics[name].drv.List(ctx)
 		if err != nil {

@@ -174,5 +174,10 @@ func localVNIs(s *checkpoint.State) []uint16 {
 			out = append(out, p.VNI)
 		}
 	}
+	for _, c := range s.Claims {
+		if c.Local && c.VNI != 0 && !c.Released {
+			out = append(out, c.VNI)
+		}
+	}
 	return out
 }

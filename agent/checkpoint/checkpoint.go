@@ -25,8 +25,10 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/atomicfile"
 )
 
-// Version is the format this package writes and reads.
-const Version = 1
+// Version is the format this package writes. It reads it and version 1,
+// which had no claims; an older agent refuses version 2 rather than drop
+// the claims it does not know.
+const Version = 2
 
 // Errors of [Load].
 var (
@@ -41,6 +43,8 @@ type State struct {
 	// Pods by "namespace/name": the key the kubelet's PodResources API
 	// gives (it carries no UIDs).
 	Pods map[string]*Pod `json:"pods"`
+	// Claims are the DRA front end's records, by claim UID.
+	Claims map[string]*Claim `json:"claims,omitempty"`
 }
 
 // Pod is one pod's fabric state.
@@ -118,6 +122,12 @@ func (s *State) Clone() *State {
 		cp := p.Clone()
 		c.Pods[key] = &cp
 	}
+	if s.Claims != nil {
+		c.Claims = make(map[string]*Claim, len(s.Claims))
+		for uid, cl := range s.Claims {
+			c.Claims[uid] = cl.Clone()
+		}
+	}
 	return c
 }
 
@@ -151,8 +161,8 @@ func Unmarshal(b []byte) (*State, error) {
 	if err := json.Unmarshal(b, &env); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	if env.Version != Version {
-		return nil, fmt.Errorf("%w: version %d, this agent reads %d", ErrVersion, env.Version, Version)
+	if env.Version != Version && env.Version != 1 {
+		return nil, fmt.Errorf("%w: version %d, this agent reads 1 and %d", ErrVersion, env.Version, Version)
 	}
 	// The checksum covers the compact encoding, so reformatting the file
 	// by hand is not damage but editing a value is.
@@ -174,6 +184,11 @@ func Unmarshal(b []byte) (*State, error) {
 	for key, p := range s.Pods {
 		if p == nil || p.Key() != key {
 			return nil, fmt.Errorf("%w: pod entry %q does not match its key", ErrCorrupt, key)
+		}
+	}
+	for uid, c := range s.Claims {
+		if c == nil || c.UID != uid {
+			return nil, fmt.Errorf("%w: claim entry %q does not match its UID", ErrCorrupt, uid)
 		}
 	}
 	return s, nil

@@ -1,7 +1,10 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -61,7 +64,7 @@ func TestLoadRejectsDamage(t *testing.T) {
 	}{
 		{"truncated", string(good[:len(good)/2]), ErrCorrupt},
 		{"flipped byte", strings.Replace(string(good), "1024", "1023", 1), ErrCorrupt},
-		{"future version", strings.Replace(string(good), `"version":1`, `"version":9`, 1), ErrVersion},
+		{"future version", strings.Replace(string(good), `"version":2`, `"version":9`, 1), ErrVersion},
 		{"not json", "hello", ErrCorrupt},
 	}
 	for _, tt := range tests {
@@ -126,5 +129,51 @@ func BenchmarkSave100Pods(b *testing.B) {
 		if err := Save(path, s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A claim's service is a service of one record, pod or claim, whichever
+// front end made it; a version 1 file (pods only) still loads.
+func TestClaimsShareTheRules(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := Pod{Namespace: "ns", Name: "a", VNI: 1024, Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{1024}}}, DeviceIDs: map[string][]string{}}
+	if err := st.Put(pod); err != nil {
+		t.Fatal(err)
+	}
+	c := &Claim{UID: "u1", Namespace: "ns", Name: "c1", VNI: 2000, Services: []ClaimService{{NIC: "cxi0", ID: 5}}}
+	if err := st.PutClaim(c); !errors.Is(err, ErrInvariant) {
+		t.Fatalf("claim naming a pod's service: %v, want ErrInvariant", err)
+	}
+	c.Services[0].ID = 6
+	if err := st.PutClaim(c); err != nil {
+		t.Fatal(err)
+	}
+	pod.Name, pod.Services[0].ID = "b", 6
+	if err := st.Put(pod); !errors.Is(err, ErrInvariant) {
+		t.Fatalf("pod naming a claim's service: %v, want ErrInvariant", err)
+	}
+	if err := st.Save(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(st.Path(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := again.Claim("u1"); !ok || got.Services[0].ID != 6 || got.VNI != 2000 {
+		t.Fatalf("claim after a reload: %+v %v", got, ok)
+	}
+
+	v1 := `{"version":1,"checksum":"%s","data":%s}`
+	data := `{"node":"n1","pods":{}}`
+	sum := sha256.Sum256([]byte(data))
+	path := filepath.Join(t.TempDir(), "v1.json")
+	if err := os.WriteFile(path, fmt.Appendf(nil, v1, hex.EncodeToString(sum[:]), data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, "n1"); err != nil {
+		t.Fatalf("a version 1 checkpoint: %v", err)
 	}
 }

@@ -18,8 +18,8 @@ var ErrInvariant = errors.New("checkpoint invariant")
 // with [Store.Save].
 //
 // The rules, checked on every change:
-//   - a record's key is its pod's "namespace/name";
-//   - a CXI service (NIC and ID) belongs to one record;
+//   - a record's key is its pod's "namespace/name", a claim's its UID;
+//   - a CXI service (NIC and ID) belongs to one record, pod or claim;
 //   - a service carries its pod's VNI;
 //   - records naming one lease agree on its VNI;
 //   - a VNI from the node's own pool (Local) belongs to one record.
@@ -51,6 +51,11 @@ func Open(path, node string) (*Store, error) {
 	}
 	for _, key := range st.PodKeys() {
 		if err := checkPod(st, key, st.Pods[key]); err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
+		}
+	}
+	for _, c := range st.Claims {
+		if err := checkClaim(st, c); err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 		}
 	}
@@ -188,6 +193,13 @@ func checkPod(st *State, key string, p *Pod) error {
 		}
 		if p.Local && o.Local && p.VNI != 0 && o.VNI == p.VNI {
 			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, p.VNI, other, key)
+		}
+	}
+	for _, c := range st.Claims {
+		for _, svc := range p.Services {
+			if slices.ContainsFunc(c.Services, func(x ClaimService) bool { return x.NIC == svc.NIC && x.ID == svc.ID }) {
+				return fmt.Errorf("%w: service %d on %s recorded for claim %s and pod %s", ErrInvariant, svc.ID, svc.NIC, c.Key(), key)
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -54,10 +55,12 @@ type Policy struct {
 
 // ManagerConfig is what a Manager is made of.
 type ManagerConfig struct {
-	Driver   string
-	Node     string
-	StateDir string
-	NICs     []NICDevice
+	Driver string
+	Node   string
+	// Store is the agent's checkpoint, where the claims are recorded
+	// beside the device plugin's pods.
+	Store *checkpoint.Store
+	NICs  []NICDevice
 	// Leases are the node's lease holds, the engine's, shared with the
 	// device-plugin front end: a claim holds its lease as
 	// engine.ClaimHolder(uid).
@@ -87,7 +90,7 @@ type Manager struct {
 	cfg   ManagerConfig
 	log   *slog.Logger
 	nics  map[string]NICDevice
-	store *store
+	store store
 	m     *Metrics
 
 	claimLocks keylock.Set
@@ -96,12 +99,13 @@ type Manager struct {
 	ns engine.Namespaces
 }
 
-// NewManager opens the claims' checkpoint and returns the Manager.
+// NewManager returns the Manager of the claims recorded in cfg.Store,
+// counting them as the holders of their leases.
 func NewManager(cfg ManagerConfig) (*Manager, error) {
-	st, err := openStore(cfg.StateDir+"/"+StoreName, cfg.Node)
-	if err != nil {
-		return nil, err
+	if cfg.Store == nil {
+		return nil, errors.New("dra: ManagerConfig.Store is required")
 	}
+	st := store{cfg.Store}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -205,7 +209,7 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec.Config = cfg
+	rec.Config = checkpoint.ClaimConfig{VNI: cfg.VNI, EnvSuffix: cfg.EnvSuffix}
 	return rec, nil
 }
 
@@ -509,7 +513,7 @@ func (s Sandbox) key() string { return s.Namespace + "/" + s.Name }
 func (m *Manager) claimsOf(uid string) []string {
 	var out []string
 	for _, r := range m.store.all() {
-		if r.reservedFor(uid) {
+		if r.ReservedFor(uid) {
 			out = append(out, r.UID)
 		}
 	}

@@ -243,7 +243,7 @@ func TestDefect5FailedWriteFailsTheBindAndLeavesNothing(t *testing.T) {
 	}
 	// The record can no longer be replaced: its path is a non-empty
 	// directory (root ignores permissions; rename cannot replace it).
-	path := filepath.Join(r.state, StoreName)
+	path := r.checkpointPath()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestDefect5FailedWriteFailsTheBindAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := r.m.Bind(ctx, sandbox("train-0", 4026531900))
-	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "save claims") {
+	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "save checkpoint") {
 		t.Fatalf("bind with an unwritable record: %v, want ErrNotBound from the write", err)
 	}
 	for _, nic := range []string{"cxi0", "cxi1"} {

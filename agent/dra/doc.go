@@ -16,8 +16,19 @@
 // namespace's inode may pass to another pod's namespace. Unprepare
 // destroys the services and releases the VNI.
 //
-// Every step is recorded in the package's own checkpoint (claims.json in
-// the agent's state directory) before and after it acts, so a retried or
-// repeated call finds what was done, and a restarted agent keeps the
-// services of prepared claims.
+// The Manager is a front end over the one bind engine (agent/engine): lease
+// holds, namespace holds, binding and checking services and the
+// environment are the engine's, shared with the device plugin's path.
+// Every step is recorded in the agent's one checkpoint (agent/checkpoint,
+// beside the device plugin's pods) before and after it acts, so a retried
+// or repeated call finds what was done, and a restarted agent keeps the
+// services of prepared claims and holds their namespaces again.
+//
+// It fails closed: without an NRI connection Prepare is refused and the
+// agent is not ready; a bind that fails part-way leaves no service
+// admitting the pod; a second pod on a claim is refused at its sandbox
+// (when the kubelet told the agent of it) or at its containers (which
+// carry the claim's marker from the CDI spec); a claim the kubelet forgot
+// is unprepared once the API server proves, twice, that it is no longer
+// allocated to the node.
 package dra

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -138,7 +139,7 @@ func newRig(t *testing.T) *rig {
 		nics = append(nics, NICDevice{Name: name, DevPath: "/dev/" + name, Drv: cxi.NewClient(uapi.NewDevice(s))})
 	}
 	r.cfg = ManagerConfig{
-		Driver: testDriver, Node: "node-a", StateDir: r.state, NICs: nics, CDI: w,
+		Driver: testDriver, Node: "node-a", NICs: nics, CDI: w,
 		Policy:    func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses} },
 		OpenNetns: openFakeNetns,
 	}
@@ -149,13 +150,22 @@ func newRig(t *testing.T) *rig {
 // restart makes a new Manager on the same state, as an agent restart does.
 func (r *rig) restart() {
 	r.t.Helper()
-	r.cfg.Leases = engine.NewLeases(r.leaser) // a new process: holds from the record
+	// A new process: the record from disk, the holds from the record.
+	st, err := checkpoint.Open(r.checkpointPath(), r.cfg.Node)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.cfg.Store = st
+	r.cfg.Leases = engine.NewLeases(r.leaser)
 	m, err := NewManager(r.cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.m = m
 }
+
+// checkpointPath is the agent's checkpoint, where the claims are recorded.
+func (r *rig) checkpointPath() string { return filepath.Join(r.state, "checkpoint.json") }
 
 // services are the simulated driver's services the agent made on nic.
 func (r *rig) services(nic string) []sim.Service {
