@@ -1,0 +1,135 @@
+package e2edra
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+)
+
+// TestDRANRIUnreachableFailsClosed (issue 24, defect 2): the agent
+// restarted while the runtime's NRI socket cannot be reached is not
+// ready, and refuses to prepare claims, so a claimed pod's container does
+// not start (an event names NRI) rather than run on services nothing
+// could bind. Once the socket is back, the agent connects, is ready, and
+// the pod starts with its services bound.
+func TestDRANRIUnreachableFailsClosed(t *testing.T) {
+	needDRA(t)
+	ctx := t.Context()
+	sock := env.Node.NRISocket
+	away := sock + ".away"
+	// containerd keeps listening on the socket's inode; only its name goes.
+	if err := os.Rename(sock, away); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := os.Rename(away, sock); err != nil {
+				t.Errorf("put the NRI socket back: %v", err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+
+	c := env.Node.Client.CoreV1().Pods(cluster.Namespace)
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"}
+	old, err := c.List(ctx, sel)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("agent pods: %v, %v", old, err)
+	}
+	if err := c.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The new agent runs, registered with the kubelet, but is not ready.
+	var agent corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := c.List(ctx, sel)
+		if err != nil || len(list.Items) != 1 || list.Items[0].UID == old.Items[0].UID {
+			return false, nil
+		}
+		agent = list.Items[0]
+		for _, cs := range agent.Status.ContainerStatuses {
+			if cs.Name == "agent" && cs.State.Running != nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the new agent never ran: %v\n%s", err, env.Describe(ctx))
+	}
+
+	ns := newNamespace(t, "dra-nri")
+	createTemplate(t, ns, "nic", "job")
+	job := cluster.ClaimJob("nri", 1, "nic")
+	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var why string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, "NRI") {
+				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no event on the claimed pod names NRI: %v\n%s", err, env.Describe(ctx))
+	}
+	t.Logf("event: %s", why)
+	if ready := podReady(t, ctx, c, sel); ready {
+		t.Fatal("the agent reports ready without an NRI connection")
+	}
+	list, err := env.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if cluster.Started(&p) {
+			t.Fatalf("pod %s's container started while nothing could bind its services", p.Name)
+		}
+	}
+
+	restore()
+	pods, err := env.WaitRunning(ctx, ns, "e2e-job=nri", 1)
+	if err != nil {
+		t.Fatalf("after the NRI socket came back: %v\n%s", err, env.Describe(ctx))
+	}
+	checkBound(t, viewDRAPod(t, ctx, pods[0]))
+	if err := env.WaitReplaced(ctx, cluster.Namespace, sel.LabelSelector, old.Items[0].UID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podReady reports whether the one pod sel selects is Ready.
+func podReady(t *testing.T, ctx context.Context, c interface {
+	List(context.Context, metav1.ListOptions) (*corev1.PodList, error)
+}, sel metav1.ListOptions) bool {
+	t.Helper()
+	list, err := c.List(ctx, sel)
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("agent pods: %v, %v", list, err)
+	}
+	for _, cond := range list.Items[0].Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,80 @@
+package e2edra
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+)
+
+// TestDRASharedClaimSecondPodRefused (issue 24, defect 1): two pods name
+// one ResourceClaim. The kubelet prepares it once, for the first pod,
+// whose container runs; the second pod's container is refused by the
+// agent's container guard (its CDI spec's claim marker names the claim),
+// never starts, and an event on it names the claim and the fix.
+func TestDRASharedClaimSecondPodRefused(t *testing.T) {
+	needDRA(t)
+	ctx := t.Context()
+	ns := newNamespace(t, "dra-shared")
+	tmpl := cluster.NICClaimTemplate("shared", 1, "pod")
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: tmpl.Spec.Spec}
+	if _, err := env.Node.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string) *corev1.Pod {
+		j := cluster.Job(name, 1, 0)
+		spec := j.Spec.Template.Spec
+		spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
+		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: cluster.ClaimName, ResourceClaimName: ptr.To("shared")}}
+		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: cluster.ClaimName}}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"e2e-shared": name}}, Spec: spec}
+	}
+	if _, err := env.Node.Client.CoreV1().Pods(ns).Create(ctx, pod("first"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitRunning(ctx, ns, "e2e-shared=first", 1); err != nil {
+		t.Fatalf("first pod: %v\n%s", err, env.Describe(ctx))
+	}
+	if _, err := env.Node.Client.CoreV1().Pods(ns).Create(ctx, pod("second"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=second"})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, ns+"/shared") && strings.Contains(ev.Message, "ResourceClaimTemplate") {
+				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no warning event on the second pod names the claim and the fix: %v\n%s", err, env.Describe(ctx))
+	}
+	t.Logf("event: %s", why)
+	second, err := env.Node.Client.CoreV1().Pods(ns).Get(ctx, "second", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster.Started(second) {
+		t.Fatalf("the second pod's container started: %+v", second.Status.ContainerStatuses)
+	}
+	first, err := env.Node.Client.CoreV1().Pods(ns).Get(ctx, "first", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBound(t, viewDRAPod(t, ctx, *first))
+}
