@@ -27,8 +27,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
-	"github.com/slingshot-k8s/slingshot/deviceplugin"
-	"github.com/slingshot-k8s/slingshot/gpu"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
 
@@ -43,14 +41,11 @@ type parts struct {
 
 	managedLo, managedHi uint16
 
-	b          *binder
-	served     []sysfs.NIC
-	inv        *inventory
-	units      *unitResource // nil without a GPU machine type
-	res        *nicResource
-	server     *deviceplugin.Server
-	unitServer *deviceplugin.Server // nil without a GPU machine type
-	watcher    *podwatch.Watcher
+	b      *binder
+	served []sysfs.NIC
+	inv    *inventory
+	// fe serves the NICs to the kubelet: the device plugin or DRA.
+	fe         frontEnd
 	client     *controllerLink
 	mon        *health.Monitor
 	cfgWatcher *config.Watcher // nil without a config file
@@ -61,9 +56,6 @@ type parts struct {
 	ipam       *ipam.Allocator
 	ipamSrv    *http.Server // nil without --ipam-socket
 	ipamLis    net.Listener
-	// dra is the DRA front end of --api=dra; nil in device-plugin mode,
-	// where server and watcher serve the NICs instead.
-	dra *draParts
 
 	closers []io.Closer
 }
@@ -195,26 +187,27 @@ func (a *parts) openNIC(n sysfs.NIC) bool {
 	return true
 }
 
-// buildResources makes the served resources, their device-plugin servers
-// and the pod watch.
+// buildResources makes the device-plugin front end: the served
+// resources, their servers and the pod watch.
 func (a *parts) buildResources(context.Context) error {
 	opts, cfg, b := a.opts, a.cfg, a.b
 	a.inv = newInventory(a.served, cfg.NICResource.SharesPerNIC)
 	for _, n := range a.served {
 		a.m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
 	}
-	if err := a.buildUnits(); err != nil {
+	f := &pluginFront{a: a}
+	if err := a.buildUnits(f); err != nil {
 		return err
 	}
 	resources := []string{cfg.NICResource.Name}
-	if a.units != nil {
-		resources = append(resources, a.units.name)
+	if f.units != nil {
+		resources = append(resources, f.units.name)
 	}
 	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
-	a.res = &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: a.inv.topology()}
-	b.resolve[a.res.name] = b.nicsOf
+	f.res = &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: a.inv.topology()}
+	b.resolve[f.res.name] = b.nicsOf
 	var err error
-	if a.server, a.unitServer, err = newPluginServers(pluginDir, a.res, a.units, a.logger, a.reg); err != nil {
+	if f.server, f.unitServer, err = newPluginServers(pluginDir, f.res, f.units, a.logger, a.reg); err != nil {
 		return err
 	}
 	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
@@ -225,22 +218,23 @@ func (a *parts) buildResources(context.Context) error {
 	for _, r := range resources {
 		a.m.kubeletNudges.WithLabelValues(r) // exported at 0 from the start
 	}
-	a.watcher = podwatch.New(podwatch.Config{
+	f.watcher = podwatch.New(podwatch.Config{
 		Lister:       lister,
 		Resources:    resources,
 		PluginDir:    pluginDir,
 		PollInterval: cfg.PodResources.PollInterval.Duration,
-		Nudge:        a.m.countNudges(nudgeKubelet(a.servers())),
+		Nudge:        a.m.countNudges(nudgeKubelet(f.servers())),
 		OnList:       a.m.observeList,
 		Logger:       a.logger.With("component", "podwatch"),
 	})
-	b.pods = a.watcher
+	b.pods = f.watcher
+	a.fe = f
 	return nil
 }
 
 // buildUnits makes the GPU machine type's resource, where one is
 // configured; its NICs leave the NIC resource.
-func (a *parts) buildUnits() error {
+func (a *parts) buildUnits(f *pluginFront) error {
 	if len(a.cfg.GPU.MachineTypes) == 0 {
 		return nil
 	}
@@ -253,7 +247,7 @@ func (a *parts) buildUnits() error {
 	if err != nil {
 		return err
 	}
-	a.units = units
+	f.units = units
 	a.inv.unitNICs = map[string]bool{}
 	for _, u := range units.carving.Units {
 		for _, n := range u.NICs {
@@ -269,14 +263,6 @@ func (a *parts) buildUnits() error {
 	a.logger.Info("GPU machine type", "resource", units.name, "units", len(units.carving.Units), "mode", units.mode,
 		"excluded_gpus", len(units.carving.Excluded), "nic_resource_nics", len(a.served)-len(a.inv.unitNICs))
 	return nil
-}
-
-// servers are the device-plugin servers, the NIC resource's first.
-func (a *parts) servers() []*deviceplugin.Server {
-	if a.unitServer != nil {
-		return []*deviceplugin.Server{a.server, a.unitServer}
-	}
-	return []*deviceplugin.Server{a.server}
 }
 
 // buildState opens the agent's checkpoint and its controller client.
@@ -335,13 +321,7 @@ func (a *parts) buildServing(context.Context) error {
 
 // report is the inspect endpoint's view of the agent.
 func (a *parts) report(ctx context.Context) *inspect.Report {
-	r := a.b.report(ctx, a.inv, a.ready.Load(), a.watcher)
-	if a.dra != nil {
-		a.dra.report(r)
-	}
-	if a.units != nil {
-		r.Units = a.units.report(heldIDs(a.watcher.Latest(), a.units.name))
-	}
+	r := a.fe.report(ctx, a.ready.Load())
 	if a.ipam != nil {
 		snap := a.ipam.Inspect()
 		r.IPAM = &snap
@@ -354,16 +334,7 @@ func (a *parts) report(ctx context.Context) *inspect.Report {
 func (a *parts) reload(c config.Config) {
 	a.b.setPolicy(policyFrom(c))
 	a.dsvc.setAllow(c.AllowOpenDefaultService)
-	if a.units != nil {
-		m, err := gpu.ForNode(c.GPU, a.opts.NodeName)
-		switch {
-		case err != nil || m.ResourceName != a.units.name:
-			a.logger.Warn("a change of this node's machine type takes effect at the next agent start")
-		case a.units.setMode(m.Mode):
-			a.logger.Info("node pool mode changed", "mode", m.Mode, "resource", a.units.name)
-			a.unitServer.Update(a.units.devices())
-		}
-	}
+	a.fe.reload(c)
 	old := a.cfg
 	// The hsn interface is part of the policy, applied at once to the
 	// pods bound from now on.
@@ -373,36 +344,25 @@ func (a *parts) reload(c config.Config) {
 }
 
 // run runs the built agent until ctx ends: the controller client first,
-// then the start-up reconcile, then every loop, each owned by one errgroup.
+// then the front end's start (the start-up reconcile, the kubelet
+// served), then every loop, the common ones and the front end's, each
+// owned by one errgroup. A unit's fatal error stops them all.
 func (a *parts) run(ctx context.Context) error {
-	if a.dra != nil {
-		return a.runDRA(ctx)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.client.Run(gctx) })
-	if err := a.reconcile(gctx); err != nil {
-		cancel()
+	if err := a.fe.start(gctx, func(err error) { cancel(err) }); err != nil {
+		cancel(err)
 		return errors.Join(err, g.Wait())
 	}
-	a.server.Update(a.inv.devices())
-	if a.unitServer != nil {
-		a.unitServer.Update(a.units.devices())
-	}
+	defer a.fe.stop()
 	if a.lis != nil {
 		a.logger.Info("serving metrics, health and inspect", "addr", a.lis.Addr().String())
 		g.Go(a.serveHTTP)
 		g.Go(func() error { return a.shutdownHTTP(gctx) })
 	}
-	g.Go(func() error { return a.watcher.Run(gctx) })
 	g.Go(func() error { return a.runIPAM(gctx) })
-	g.Go(func() error {
-		retry := time.NewTicker(a.cfg.Cleanup.RetryStuckEvery.Duration)
-		defer retry.Stop()
-		a.b.RunCleanup(gctx, a.watcher.Changes(), retry.C)
-		return nil
-	})
 	g.Go(func() error { return a.mon.Run(gctx) })
 	g.Go(func() error { a.followHealth(); return nil })
 	a.dsvc.check(gctx) // at start, then every health poll: an admin may enable it later
@@ -410,14 +370,19 @@ func (a *parts) run(ctx context.Context) error {
 	if a.cfgWatcher != nil {
 		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
 	}
-	g.Go(func() error { return deviceplugin.RunAll(gctx, a.servers()...) })
+	for _, unit := range a.fe.loops(gctx) {
+		g.Go(unit)
+	}
 	a.ready.Store(true)
 	a.m.ready.Set(1)
-	a.logger.Info("agent ready", "node", a.opts.NodeName, "nics", len(a.served), "resource", a.res.name, "driver", a.opts.CXIDriver)
+	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.describe()...)...)
 
 	err := g.Wait()
 	a.b.ns.CloseAll()
 	a.m.ready.Set(0)
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
 	if ctx.Err() != nil && err == nil {
 		a.logger.Info("agent stopped")
 	}
@@ -434,9 +399,6 @@ func (a *parts) reconcile(ctx context.Context) error {
 	a.logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
 		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
 	a.reg.MustRegister(newStateCollector(a.b))
-	if a.units != nil {
-		a.reg.MustRegister(newUnitCollector(a.units, func() map[string]bool { return heldIDs(a.watcher.Latest(), a.units.name) }))
-	}
 	return nil
 }
 
@@ -457,27 +419,18 @@ func (a *parts) shutdownHTTP(ctx context.Context) error {
 }
 
 // notReady says why the agent must not report ready beyond its start, or
-// "": a NIC's default service open, or, in DRA mode, no NRI connection.
+// "": a NIC's default service open, or what the front end says (in DRA
+// mode, no NRI connection).
 func (a *parts) notReady() string {
 	if why := a.dsvc.notReady(); why != "" {
 		return why
 	}
-	if a.dra != nil {
-		if err := a.dra.nri.Ready(); err != nil {
-			return err.Error()
-		}
-	}
-	return ""
+	return a.fe.notReady()
 }
 
 // serving reports whether the kubelet is served: the device plugin is
 // registered, or the DRA driver.
-func (a *parts) serving() bool {
-	if a.dra != nil {
-		return a.dra.registered()
-	}
-	return a.server.Status().Serving
-}
+func (a *parts) serving() bool { return a.fe.serving() }
 
 // followHealth advertises the NICs' health changes until the monitor's
 // events end (when it stops).
@@ -485,10 +438,7 @@ func (a *parts) followHealth() {
 	for ev := range a.mon.Events() {
 		if a.inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
 			a.logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
-			a.server.Update(a.inv.devices())
-			if a.unitServer != nil {
-				a.unitServer.Update(a.units.devices())
-			}
+			a.fe.healthChanged()
 		}
 		a.m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
 	}

@@ -2,20 +2,20 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
@@ -27,23 +27,21 @@ import (
 // itself (the kubelet lost its claim state and will never ask).
 const lostClaimGrace = 5 * time.Minute
 
-// draParts are the agent's DRA front end (--api=dra).
-type draParts struct {
+// draFront is the agent's DRA front end (--api=dra): the kubelet plugin
+// and its ResourceSlice, the NRI plugin that binds at the sandbox, and the
+// collector of claims the kubelet lost.
+type draFront struct {
+	a    *parts
 	mgr  *dra.Manager
 	kube kubernetes.Interface
 	// roots are the NICs' PCIe root complexes, by NIC name.
 	roots map[string]string
-	drv   *dra.Driver // nil until run registers it
 	// nri is the runtime's NRI connection: without it no claim can be
 	// bound, so the agent is not ready and Prepare is refused.
 	nri *dra.NRIState
-}
 
-func (d *draParts) registered() bool {
-	if d.drv == nil {
-		return false
-	}
-	return d.drv.Registered()
+	mu  sync.Mutex  // guards drv
+	drv *dra.Driver // nil until start registers it
 }
 
 // buildDRA makes the DRA front end over the binder's NICs and the
@@ -109,7 +107,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)
 	}
-	a.dra = &draParts{mgr: mgr, kube: kube, roots: roots, nri: nri}
+	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri}
 	return nil
 }
 
@@ -131,103 +129,111 @@ func kubeConfig(path string) (*rest.Config, error) {
 
 // draDevices are the node's devices as its ResourceSlice lists them, with
 // the NICs' health as taints.
-func (a *parts) draDevices() []dra.NIC {
+func (d *draFront) devices() []dra.NIC {
+	a := d.a
 	a.inv.mu.Lock()
 	defer a.inv.mu.Unlock()
 	out := make([]dra.NIC, 0, len(a.inv.nics))
 	for _, n := range a.inv.nics {
-		d := dra.NIC{Name: n.Name, PCIAddress: n.PCIAddress, PCIeRoot: a.dra.roots[n.Name], NUMANode: n.NUMANode,
+		nic := dra.NIC{Name: n.Name, PCIAddress: n.PCIAddress, PCIeRoot: d.roots[n.Name], NUMANode: n.NUMANode,
 			NID: n.Properties.NID, LinkSpeedMbps: n.Properties.SpeedMbps, Cassini: n.Generation.String(),
 			Services: n.Properties.RGIDsAvail, TLEs: n.Properties.Max.TLEs}
 		if n.NetDev != nil {
-			d.NetDev = n.NetDev.Name
+			nic.NetDev = n.NetDev.Name
 		}
 		if h := a.inv.health[n.Name]; !h.healthy {
-			d.Unhealthy = h.reason
-			if d.Unhealthy == "" {
-				d.Unhealthy = "unhealthy"
+			nic.Unhealthy = h.reason
+			if nic.Unhealthy == "" {
+				nic.Unhealthy = "unhealthy"
 			}
 		}
-		out = append(out, d)
+		out = append(out, nic)
 	}
 	return out
 }
 
-// runDRA runs the agent in DRA mode until ctx ends: the controller
-// client, the start-up reconcile of the claims, then the kubelet plugin,
-// the ResourceSlice, the NRI plugin and the health and admin loops, each
-// owned by one errgroup.
-func (a *parts) runDRA(ctx context.Context) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+func (d *draFront) start(ctx context.Context, fatal func(error)) error {
+	a := d.a
 	klog.SetSlogLogger(a.logger.With("component", "dra-helper"))
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.client.Run(gctx) })
-	rep, err := a.dra.mgr.Reconcile(gctx, a.managedLo, a.managedHi)
+	rep, err := d.mgr.Reconcile(ctx, a.managedLo, a.managedHi)
 	if err != nil {
-		cancel(err)
-		return errors.Join(fmt.Errorf("start-up reconcile of the claims: %w", err), g.Wait())
+		return fmt.Errorf("start-up reconcile of the claims: %w", err)
 	}
 	a.logger.Info("reconciled claims with the driver", "kept", rep.Kept, "recreated", rep.Recreated,
 		"unprepares_finished", rep.Finished, "orphans_destroyed", rep.Orphans, "namespaces_held", rep.Held, "unbound_gone", rep.Unbound)
-	drv, err := dra.Start(gctx, dra.DriverConfig{
+	drv, err := dra.Start(ctx, dra.DriverConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, KubeletDir: a.opts.KubeletDir,
-		Kube: a.dra.kube, Manager: a.dra.mgr, Logger: a.logger.With("component", "dra"),
-		Fatal: func(err error) { cancel(err) },
+		Kube: d.kube, Manager: d.mgr, Logger: a.logger.With("component", "dra"), Fatal: fatal,
 	})
 	if err != nil {
-		cancel(err)
-		return errors.Join(err, g.Wait())
+		return err
 	}
-	a.dra.drv = drv
-	defer drv.Stop()
-	publish := func() {
-		if err := drv.Publish(gctx, dra.Devices(a.opts.DRADriverName, a.draDevices())); err != nil {
-			a.logger.Error("publish ResourceSlice", "err", err)
-		}
-	}
-	publish()
-	if a.lis != nil {
-		a.logger.Info("serving metrics, health and inspect", "addr", a.lis.Addr().String())
-		g.Go(a.serveHTTP)
-		g.Go(func() error { return a.shutdownHTTP(gctx) })
-	}
-	g.Go(func() error { return dra.RunNRI(gctx, a.dra.mgr, a.dra.nri, a.logger.With("component", "nri")) })
-	g.Go(func() error { return a.runIPAM(gctx) })
-	collector := &dra.Collector{M: a.dra.mgr, Claims: dra.APIClaims{Client: a.dra.kube}, Grace: lostClaimGrace, Now: time.Now}
-	g.Go(func() error { return collector.Run(gctx, lostClaimGrace/5) })
-	g.Go(func() error { return a.mon.Run(gctx) })
-	g.Go(func() error {
-		for ev := range a.mon.Events() {
-			if a.inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
-				a.logger.Info("NIC health changed; republishing its taint", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
-				publish()
-			}
-			a.m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
-		}
-		return nil
-	})
-	a.dsvc.check(gctx)
-	g.Go(func() error { return a.dsvc.run(gctx, a.cfg.Health.PollInterval.Duration) })
-	if a.cfgWatcher != nil {
-		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
-	}
-	a.ready.Store(true)
-	a.m.ready.Set(1)
-	a.logger.Info("agent ready", "node", a.opts.NodeName, "api", APIDRA, "driver_name", a.opts.DRADriverName,
-		"nics", len(a.served), "nri_socket", a.opts.NRISocket, "kubelet_plugins", filepath.Join(a.opts.KubeletDir, "plugins", a.opts.DRADriverName))
-
-	err = g.Wait()
-	a.dra.mgr.Close()
-	a.m.ready.Set(0)
-	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		err = cause
-	}
-	return err
+	d.mu.Lock()
+	d.drv = drv
+	d.mu.Unlock()
+	d.publish(ctx)
+	return nil
 }
 
-// report adds the claims to the inspect view.
-func (d *draParts) report(r *inspect.Report) {
+// publish replaces the node's ResourceSlice with the NICs as they are.
+func (d *draFront) publish(ctx context.Context) {
+	d.mu.Lock()
+	drv := d.drv
+	d.mu.Unlock()
+	if drv == nil {
+		return
+	}
+	if err := drv.Publish(ctx, dra.Devices(d.a.opts.DRADriverName, d.devices())); err != nil {
+		d.a.logger.Error("publish ResourceSlice", "err", err)
+	}
+}
+
+func (d *draFront) loops(ctx context.Context) []func() error {
+	collector := &dra.Collector{M: d.mgr, Claims: dra.APIClaims{Client: d.kube}, Grace: lostClaimGrace, Now: time.Now}
+	return []func() error{
+		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
+		func() error { return collector.Run(ctx, lostClaimGrace/5) },
+	}
+}
+
+// healthChanged republishes the ResourceSlice: a NIC's health is its
+// device taint, which the scheduler reads.
+func (d *draFront) healthChanged() { d.publish(context.Background()) }
+
+func (d *draFront) serving() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv != nil && d.drv.Registered()
+}
+
+func (d *draFront) notReady() string {
+	if err := d.nri.Ready(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func (d *draFront) reload(config.Config) {}
+
+func (d *draFront) stop() {
+	d.mu.Lock()
+	drv := d.drv
+	d.mu.Unlock()
+	if drv != nil {
+		drv.Stop()
+	}
+	d.mgr.Close()
+}
+
+func (d *draFront) describe() []any {
+	a := d.a
+	return []any{"api", APIDRA, "driver_name", a.opts.DRADriverName, "nri_socket", a.opts.NRISocket,
+		"kubelet_plugins", filepath.Join(a.opts.KubeletDir, "plugins", a.opts.DRADriverName)}
+}
+
+// report is the inspect view with the claims.
+func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
+	r := d.a.b.report(ctx, d.a.inv, ready, nil)
 	for _, rec := range d.mgr.Records() {
 		c := inspect.Claim{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, VNI: rec.VNI, Scope: rec.Scope, BoundPod: rec.BoundPod}
 		for _, res := range rec.Results {
@@ -252,4 +258,5 @@ func (d *draParts) report(r *inspect.Report) {
 		}
 		r.Claims = append(r.Claims, c)
 	}
+	return r
 }
