@@ -50,8 +50,11 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## fuzz: run every fuzz target for FUZZTIME each
+## fuzz: run every fuzz target for FUZZTIME each, then the DRA path's
+## randomized interleavings over INTERLEAVE_SEEDS seeds (make test runs 30)
+INTERLEAVE_SEEDS ?= 400
 fuzz:
+	$(GO) test -count=1 -run '^TestDRAInvariantsUnderInterleavings$$' ./agent/dra -interleave.seeds=$(INTERLEAVE_SEEDS)
 	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
