@@ -50,8 +50,8 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## fuzz: run every fuzz target for FUZZTIME each, then the DRA path's
-## randomized interleavings over INTERLEAVE_SEEDS seeds (make test runs 30)
+## fuzz: the DRA path's randomized interleavings over INTERLEAVE_SEEDS seeds
+## (make test runs 30), then every fuzz target for FUZZTIME each
 INTERLEAVE_SEEDS ?= 400
 fuzz:
 	$(GO) test -count=1 -run '^TestDRAInvariantsUnderInterleavings$$' ./agent/dra -interleave.seeds=$(INTERLEAVE_SEEDS)

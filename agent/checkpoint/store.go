@@ -38,7 +38,7 @@ type Store struct {
 // writer orders the writes of snapshots to the file.
 type writer struct {
 	mu      sync.Mutex // guards written and the file
-	written uint64
+	written uint64     // the generation the file holds
 }
 
 // Open loads the checkpoint at path (a missing file is an empty state for
@@ -140,28 +140,30 @@ func (s *Store) Delete(key string) {
 	s.mu.Unlock()
 }
 
-// Save writes the current state durably. Concurrent saves are ordered by
-// generation: an older snapshot never overwrites a newer one, and a save
-// whose state a newer save already wrote returns at once.
+// Save writes the current state durably. Concurrent saves share writes
+// (group commit): the snapshot is taken when the file is written, not
+// when Save is called, so a save whose change a write already carried
+// returns when that write is done, and an older state never overwrites a
+// newer one.
 func (s *Store) Save() error {
 	s.mu.Lock()
 	s.gen++
+	want := s.gen
+	s.mu.Unlock()
+
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if want <= s.w.written {
+		return nil // a write that began after this change carried it
+	}
+	s.mu.Lock()
 	gen := s.gen
 	snap := s.state.Clone()
 	s.mu.Unlock()
-	return s.w.write(s.path, gen, snap)
-}
-
-func (w *writer) write(path string, gen uint64, snap *State) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if gen <= w.written {
-		return nil // a newer state is already on disk
-	}
-	if err := Save(path, snap); err != nil {
+	if err := Save(s.path, snap); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
-	w.written = gen
+	s.w.written = gen
 	return nil
 }
 
