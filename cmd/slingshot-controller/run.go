@@ -152,8 +152,12 @@ func (p *parts) buildGRPC(context.Context) error {
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
+		// Unknown tokens (anyone's; an agent's first) get a quarter of the
+		// client's rate, so that a flood of them leaves the rest to the
+		// known agents' renewals.
 		authn = auth.NewTokenReview(p.kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
-			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg})
+			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg,
+			UnknownQPS: c.TokenReviewQPS / 4, UnknownBurst: max(1, c.TokenReviewBurst/4)})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:
