@@ -310,6 +310,7 @@ func (t *TokenReview) finish(ctx context.Context, key [32]byte, token string, f 
 			delete(t.cache, key)
 			return
 		}
+		delete(t.rejected, key)
 		if _, ok := t.cache[key]; !ok && len(t.cache) >= t.cfg.CacheMax {
 			evictAccepted(t.cache, now, t.cfg.CacheMax)
 		}
