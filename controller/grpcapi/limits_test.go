@@ -164,3 +164,52 @@ func TestIssue24Item1CallRatePerConnection(t *testing.T) {
 		time.Sleep(time.Millisecond) // a bounded poll on state, not a synchronization by time
 	}
 }
+
+// A connection has at most MaxStreams calls open: one more waits (the
+// client queues it) until one ends.
+func TestIssue24Item1StreamsPerConnectionBounded(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := NewLimiter(Limits{MaxStreams: 1}, nil)
+	g := grpc.NewServer(lim.ServerOptions()...)
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lim.Listener(inner)) }()
+	defer func() {
+		g.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+
+	// Watch stays open until its context ends: it holds the one stream.
+	wctx, stopWatch := context.WithCancel(t.Context())
+	defer stopWatch()
+	w, err := c.Watch(wctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, err = c.Check(ctx, &healthpb.HealthCheckRequest{})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a second call while one is open: %v, want it held until its deadline", err)
+	}
+	stopWatch()
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a call after the first ended: %v", err)
+	}
+}
