@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -185,10 +186,28 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 
 func (t tokenCreds) RequireTransportSecurity() bool { return !t.insecure }
 
+// reconnect is how gRPC re-makes the connection to the controller. Its
+// default backoff grows to 120 s: after a 150 s controller outage an
+// agent's first call reached the restarted controller 32 s after it was
+// serving again. Capped at 3 s, with jitter so that a cluster's agents do
+// not reconnect in step (a few thousand connection attempts every few
+// seconds are cheap for the controller, which refuses their calls while
+// it loads). A connection attempt may take 5 s, the attempts' own
+// backoff when that is longer: ample for a TLS handshake, short enough
+// that a controller address that swallows packets is tried again soon.
+var reconnect = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 // Dial returns a client of the controller at addr (host:port). The
-// connection is made lazily and re-made after failures by gRPC itself.
+// connection is made lazily and re-made after failures by gRPC itself,
+// at most a few seconds apart ([reconnect]).
 func Dial(addr string, opts Options) (*Client, error) {
-	dopts := []grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})}
+	dopts := []grpc.DialOption{
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithConnectParams(reconnect),
+	}
 	if opts.TLS != nil {
 		dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))
 	} else {

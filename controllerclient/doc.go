@@ -43,7 +43,8 @@
 // (internal/backoff) on Unavailable, DeadlineExceeded and Aborted, a
 // bounded number of times; other codes are returned at once as errors
 // wrapping the sentinels below (ErrExhausted for a full range, ...). The
-// gRPC connection reconnects by itself. Heartbeats report how many VNIs
+// gRPC connection reconnects by itself, at most about 3 s apart (with
+// jitter), however long the controller was away. Heartbeats report how many VNIs
 // are in use per slice, so the controller never reclaims a slice in use,
 // and whether the node hands out from the slice without further report
 // (open): the controller keeps an open slice of a node that is only silent,

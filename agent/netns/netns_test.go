@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // proc writes a fake proc tree: pid → (cgroup file, target of the
@@ -107,7 +109,7 @@ func TestProcOpen(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.needOther && other == "" {
-				t.Skip("no second network namespace possible here")
+				testenv.RequirePrivileged(t, "no second network namespace possible here")
 			}
 			checkOpen(t, Proc{Root: proc(t, tt.procs)}, tt.want, tt.wantErr)
 		})

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // ttlSysctl is a per-namespace setting, marked in the pod's namespace to
@@ -40,12 +42,12 @@ const ttlSysctl = "/proc/sys/net/ipv4/ip_default_ttl"
 // freed, number included.
 func TestHandleKeepsNamespaceInodeFromReuse(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root: bind mounts, setns and nsids")
+		testenv.RequirePrivileged(t, "needs root: bind mounts, setns and nsids")
 	}
 	events := listenNsids(t)
 	pid, stop, ok := startNetnsProcess(t)
 	if !ok {
-		t.Skip("no new network namespace possible here")
+		testenv.RequirePrivileged(t, "no new network namespace possible here")
 	}
 	podPath := fmt.Sprintf("/proc/%d/ns/net", pid)
 	const marker = "123"
@@ -219,7 +221,7 @@ func bindMount(t *testing.T, src string) string {
 		t.Fatal(err)
 	}
 	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		t.Skipf("bind mount %s: %v", src, err)
+		testenv.RequirePrivileged(t, fmt.Sprintf("bind mount %s: %v", src, err))
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dst, unix.MNT_DETACH) })
 	return dst

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
@@ -33,6 +34,9 @@ type Config struct {
 	Quarantine, SliceTTL, SliceGrace time.Duration
 	SweepInterval, HoldGrace         time.Duration
 	MaxLeasesPerNamespace            int
+	GRPCMaxConnections               int
+	GRPCMaxConnectionsPerHost        int
+	GRPCCallsPerSecond               float64
 	OwnerKinds                       string
 	NoKube                           bool
 	Kubeconfig                       string
@@ -81,6 +85,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.DurationVar(&c.SliceGrace, "slice-grace", 5*time.Minute, "how long a node must be gone before its empty slices are reclaimed and a deleted node stops holding VNIs")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", 10*time.Second, "interval of reclaim sweeps (quarantine, gone owners, gone nodes, unused holds)")
 	fs.DurationVar(&c.HoldGrace, "hold-grace", 2*time.Minute, "how long after a node's last acquire of a lease its heartbeat's report of the VNIs it uses must still lack the lease's VNI before the node's hold is dropped (0: never drop)")
+	fs.IntVar(&c.GRPCMaxConnections, "grpc-max-connections", grpcapi.DefaultLimits.MaxConnections, "most open connections to the gRPC API, of all clients together; more are closed at once (0: no bound)")
+	fs.IntVar(&c.GRPCMaxConnectionsPerHost, "grpc-max-connections-per-host", grpcapi.DefaultLimits.MaxConnectionsPerHost, "most open connections to the gRPC API from one IP address: every pod reaches the port, an agent needs one (0: no bound)")
+	fs.Float64Var(&c.GRPCCallsPerSecond, "grpc-calls-per-second", grpcapi.DefaultLimits.CallsPerSecond, "calls per second on one gRPC connection, burst twice that, checked before authentication; more are answered Unavailable (0: no bound)")
 	fs.IntVar(&c.MaxLeasesPerNamespace, "max-leases-per-namespace", 256, "most VNI leases the jobs, claims and pods of one namespace may hold, so that one namespace cannot drain the range (0: no cap)")
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
@@ -229,6 +236,9 @@ func (c *Config) validateLimits(add problems) {
 	}
 	if c.MaxLeasesPerNamespace < 0 {
 		add("--max-leases-per-namespace: must not be negative")
+	}
+	if c.GRPCMaxConnections < 0 || c.GRPCMaxConnectionsPerHost < 0 || c.GRPCCallsPerSecond < 0 {
+		add("--grpc-max-connections, --grpc-max-connections-per-host, --grpc-calls-per-second: must not be negative")
 	}
 	if c.SweepInterval <= 0 {
 		add("--sweep-interval: must be positive")

@@ -147,13 +147,21 @@ func (p *parts) buildService(ctx context.Context) error {
 // and opens its listener.
 func (p *parts) buildGRPC(context.Context) error {
 	c, log := p.c, p.log
-	gopts := []grpc.ServerOption{}
-	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(p.reg)}
+	// Every pod reaches the port: the limits come before authentication,
+	// so that calls they refuse cost no TokenReview.
+	lim := grpcapi.NewLimiter(grpcapi.Limits{MaxConnections: c.GRPCMaxConnections, MaxConnectionsPerHost: c.GRPCMaxConnectionsPerHost,
+		MaxStreams: grpcapi.DefaultLimits.MaxStreams, CallsPerSecond: c.GRPCCallsPerSecond, CallBurst: int(2 * c.GRPCCallsPerSecond)}, p.reg)
+	gopts := lim.ServerOptions()
+	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(p.reg), lim.UnaryInterceptor()}
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
+		// Unknown tokens (anyone's; an agent's first) get a quarter of the
+		// client's rate, so that a flood of them leaves the rest to the
+		// known agents' renewals.
 		authn = auth.NewTokenReview(p.kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
-			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg})
+			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg,
+			UnknownQPS: c.TokenReviewQPS / 4, UnknownBurst: max(1, c.TokenReviewBurst/4)})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:
@@ -183,7 +191,7 @@ func (p *parts) buildGRPC(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", c.GRPCAddr, err)
 	}
-	p.glis = glis
+	p.glis = lim.Listener(glis)
 	return nil
 }
 

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -48,8 +51,10 @@ type Config struct {
 	PrevResult *types100.Result
 }
 
-// CNIArgs are the keys of `args.cni` this plugin reads; others belong to
-// other plugins and are ignored.
+// CNIArgs are the keys of `args.cni` this plugin reads. Any other key is
+// refused (the README's promise: a typo such as "subnett" must not hand
+// out an address the pod did not ask for), except `labels`, which CNI's
+// CONVENTIONS.md reserves in args.cni for every plugin of a chain.
 type CNIArgs struct {
 	Pool, Subnet, IP, NetDev, Interface string
 	// IPs is the `ips` convention of args.cni (CNI's CONVENTIONS.md).
@@ -148,10 +153,25 @@ func (c *Config) parseIPAM(raw json.RawMessage) error {
 	return nil
 }
 
+// cniArgsKnown are the keys of args.cni parseCNIArgs accepts: its own and
+// the conventions' labels, which it does not read.
+var cniArgsKnown = []string{"interface", "ip", "ips", "labels", "netdev", "pool", "subnet"}
+
 // parseCNIArgs reads the keys of args.cni this plugin knows; each must be
-// a string (ips: a list of strings).
+// a string (ips: a list of strings). An unknown key is refused, naming it.
 func parseCNIArgs(m map[string]json.RawMessage) (CNIArgs, error) {
 	var a CNIArgs
+	var unknown []string
+	for key := range m {
+		if !slices.Contains(cniArgsKnown, key) {
+			unknown = append(unknown, strconv.Quote(clip([]byte(key))))
+		}
+	}
+	if len(unknown) > 0 {
+		// Sorted, so that the message is the same on every run.
+		slices.Sort(unknown)
+		return CNIArgs{}, invalidConfig(fmt.Sprintf("args.cni: unknown field %s (want %s)", strings.Join(unknown, ", "), strings.Join(cniArgsKnown, ", ")))
+	}
 	for key, dst := range map[string]*string{"pool": &a.Pool, "subnet": &a.Subnet, "ip": &a.IP, "netdev": &a.NetDev, "interface": &a.Interface} {
 		raw, ok := m[key]
 		if !ok {

@@ -39,7 +39,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "all ipam keys", in: conf(`{"type":"slingshot-ipam","pool":"hsn1","socket":"/tmp/x.sock","timeout":"1500ms"}`),
 			want: &Config{Network: "hsn", CNIVersion: "1.0.0", Pool: "hsn1", Socket: "/tmp/x.sock", Timeout: 1500 * time.Millisecond, Master: "hsn0"}},
 		{name: "args.cni, ips and valid attachments", in: conf(ipamHSN0,
-			`"args":{"cni":{"pool":"hsn0","subnet":"10.150.4.0/24","ip":"10.150.4.9","netdev":"hsn0","interface":"net1","ips":["10.150.4.9/16"],"other":{"x":1}}}`,
+			`"args":{"cni":{"pool":"hsn0","subnet":"10.150.4.0/24","ip":"10.150.4.9","netdev":"hsn0","interface":"net1","ips":["10.150.4.9/16"],"labels":[{"key":"k","value":"v"}]}}`,
 			`"runtimeConfig":{"ips":["10.150.4.9/16"],"mac":"x"}`,
 			`"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"net1"}]`),
 			want: &Config{Network: "hsn", CNIVersion: "1.0.0", Pool: "hsn0", Socket: ipamwire.DefaultSocket, Timeout: ipamwire.DefaultCallTimeout, Master: "hsn0",
@@ -62,6 +62,9 @@ func TestParseConfig(t *testing.T) {
 		{name: "timeout zero", in: conf(`{"type":"slingshot-ipam","pool":"hsn0","timeout":"0s"}`), code: types.ErrInvalidNetworkConfig, msg: `ipam.timeout "0s"`},
 		{name: "timeout too long", in: conf(`{"type":"slingshot-ipam","pool":"hsn0","timeout":"1h"}`), code: types.ErrInvalidNetworkConfig, msg: "at most 5m0s"},
 		{name: "args.cni value not a string", in: conf(ipamHSN0, `"args":{"cni":{"ip":["10.0.0.1"]}}`), code: types.ErrInvalidNetworkConfig, msg: `args.cni.ip is ["10.0.0.1"], not a string`},
+		// A typo of a known key handed out an address anywhere in the pool.
+		{name: "args.cni unknown field subnett refused", in: conf(ipamHSN0, `"args":{"cni":{"subnett":"10.150.4.0/24"}}`), code: types.ErrInvalidNetworkConfig, msg: `args.cni: unknown field "subnett"`},
+		{name: "args.cni unknown fields all named, sorted", in: conf(ipamHSN0, `"args":{"cni":{"zz":1,"pool":"hsn0","aa":{}}}`), code: types.ErrInvalidNetworkConfig, msg: `unknown field "aa", "zz"`},
 		{name: "args.cni.ips not a list", in: conf(ipamHSN0, `"args":{"cni":{"ips":"10.0.0.1"}}`), code: types.ErrInvalidNetworkConfig, msg: "args.cni.ips is \"10.0.0.1\", not a list"},
 		{name: "runtimeConfig.ips not a list", in: conf(ipamHSN0, `"runtimeConfig":{"ips":"10.0.0.1"}`), code: types.ErrDecodingFailure},
 		{name: "prevResult not a result", in: conf(ipamHSN0, `"prevResult":{"ips":[{"address":"nonsense"}]}`), code: types.ErrDecodingFailure, msg: "prevResult"},

@@ -18,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/slingshot-k8s/slingshot/internal/ipamwire"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // debianCNI is where Debian's containernetworking-plugins (v1.1.1, CNI
@@ -42,10 +44,10 @@ type e2e struct {
 func newE2E(t testing.TB) *e2e {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces and links")
+		testenv.RequirePrivileged(t, "needs root: network namespaces and links")
 	}
 	if _, err := os.Stat(filepath.Join(debianCNI, "macvlan")); err != nil {
-		t.Skipf("no Debian CNI plugins: %v (apt-get install containernetworking-plugins)", err)
+		testenv.RequirePrivileged(t, fmt.Sprintf("no Debian CNI plugins: %v (apt-get install containernetworking-plugins)", err))
 	}
 	e := &e2e{t: t, agent: startAgent(t), host: newNS(t), pod: newNS(t), pluginDir: buildPlugin(t)}
 	e.hostNL, e.podNL = nlIn(t, e.host), nlIn(t, e.pod)

@@ -26,7 +26,8 @@ Configured as the ipam section of a main plugin (macvlan, ipvlan, host-device, S
   socket   the agent's IPAM socket (default ` + ipamwire.DefaultSocket + `)
   timeout  the bound of each call to the agent (default 30s)
 A pod asks for a pool, subnet, ip, netdev or interface in the network's args.cni (Multus cni-args),
-for an address in runtimeConfig.ips (the ips capability) or CNI_ARGS IP=; sources must agree.`
+for an address in runtimeConfig.ips (the ips capability) or CNI_ARGS IP=; sources must agree.
+Other keys of args.cni are refused, but for CNI's own ips and labels.`
 
 // Versions are the CNI spec versions the plugin speaks; GC and STATUS
 // exist from 1.1.0 on.

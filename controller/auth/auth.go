@@ -80,8 +80,12 @@ func UnaryInterceptor(a Authenticator) grpc.UnaryServerInterceptor {
 		id, err := a.Authenticate(ctx)
 		if err != nil {
 			code := codes.Unauthenticated
-			if errors.Is(err, ErrForbidden) {
+			switch {
+			case errors.Is(err, ErrForbidden):
 				code = codes.PermissionDenied
+			case errors.Is(err, ErrOverloaded):
+				// Not an answer about the token: the agent retries.
+				code = codes.Unavailable
 			}
 			return nil, status.Error(code, err.Error())
 		}

@@ -16,6 +16,10 @@
 // carry it, and reuses an accepted review for a short TTL that never
 // passes the token's expiry. Give it a Kubernetes client of its own, so
 // that a burst of reviews cannot delay other calls (the leader election's).
+// Any pod can reach the port and present random tokens: acceptances are
+// cached apart from rejections, which cannot evict them, and tokens never
+// accepted before are reviewed under a rate limit and a bounded queue of
+// their own, which an agent renewing its review does not wait in.
 //
 // The embedded mode calls the controller in-process and needs none of this.
 package auth

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/metadata"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +33,21 @@ const (
 	DefaultReviewTTL      = 30 * time.Second
 	DefaultRejectTTL      = 2 * time.Second
 	DefaultReviewCacheMax = 4096
+	DefaultUnknownQPS     = 5
+	DefaultUnknownBurst   = 10
+	DefaultUnknownQueue   = 64
 )
+
+// knownWithoutExpiry is how long a token that was accepted and carries no
+// "exp" claim stays known (reviewed ahead of unknown tokens) after its
+// last acceptance. Projected tokens always carry one.
+const knownWithoutExpiry = time.Hour
+
+// ErrOverloaded is wrapped when a token nobody presented successfully
+// before cannot be reviewed now: too many unknown tokens are being
+// reviewed or wait for review. [UnaryInterceptor] answers it with
+// Unavailable, which agents retry.
+var ErrOverloaded = errors.New("overloaded: too many unknown tokens under review")
 
 // reviewAttempts bounds how often a caller reviews a token whose
 // in-flight review it waited on was abandoned by its first caller.
@@ -52,8 +68,25 @@ type TokenReviewConfig struct {
 	// is reused; 0: DefaultRejectTTL. Errors of the API call itself are
 	// never reused.
 	RejectTTL time.Duration
-	// CacheMax bounds the cached reviews; 0: DefaultReviewCacheMax.
+	// CacheMax bounds the cached acceptances; 0: DefaultReviewCacheMax.
+	// Only tokens the API server accepted as an Allowed user enter this
+	// cache, so no flood of other tokens can evict an agent's.
 	CacheMax int
+	// RejectCacheMax bounds the cached rejections, a cache of their own;
+	// 0: DefaultReviewCacheMax.
+	RejectCacheMax int
+	// UnknownQPS and UnknownBurst bound the rate of reviews of unknown
+	// tokens: those never accepted before, or whose acceptance expired
+	// with the token. Known tokens (an agent renewing its review after
+	// the TTL) do not wait for them, and take what the client's own rate
+	// limit leaves: keep UnknownQPS well below it. 0: DefaultUnknownQPS,
+	// DefaultUnknownBurst.
+	UnknownQPS   float64
+	UnknownBurst int
+	// UnknownQueue bounds the unknown tokens waiting for or in review at
+	// once; a call beyond it fails at once with ErrOverloaded. 0:
+	// DefaultUnknownQueue.
+	UnknownQueue int
 	// Registerer for slingshot_controller_token_reviews_total{result};
 	// nil registers none.
 	Registerer prometheus.Registerer
@@ -64,23 +97,44 @@ type TokenReviewConfig struct {
 // concurrent calls with one token share one review, so that a burst of
 // calls (every agent reconnecting after a controller restart) makes one
 // review per token. Give it a client of its own, with its own rate limit:
-// a burst of reviews must not delay the leader election's renewals. It is
-// safe for concurrent use.
+// a burst of reviews must not delay the leader election's renewals.
+//
+// The gRPC port is open to every pod, and anyone can present random
+// tokens. So acceptances and rejections are cached apart (a rejection
+// cannot evict an acceptance), and a token that was never accepted is
+// reviewed under a rate limit and a bounded queue of its own, which a
+// known agent's renewal never waits in. It is safe for concurrent use.
 type TokenReview struct {
-	client kubernetes.Interface
-	cfg    TokenReviewConfig
-	now    func() time.Time
-	total  *prometheus.CounterVec
+	client  kubernetes.Interface
+	cfg     TokenReviewConfig
+	now     func() time.Time
+	total   *prometheus.CounterVec
+	unknown *rate.Limiter
+	// slots holds one value per unknown token waiting for or in review.
+	slots chan struct{}
 
 	mu       sync.Mutex
-	cache    map[[32]byte]cached
+	cache    map[[32]byte]accepted
+	rejected map[[32]byte]rejected
 	inflight map[[32]byte]*flight
 }
 
-type cached struct {
-	id      Identity
+// accepted is a cached acceptance: reused until fresh, then reviewed
+// again as a known token until known.
+type accepted struct {
+	id           Identity
+	fresh, known time.Time
+}
+
+type rejected struct {
 	err     error
 	expires time.Time
+}
+
+// cached is a review reused without asking the API server.
+type cached struct {
+	id  Identity
+	err error
 }
 
 // flight is one review in progress; done closes when id and err are set.
@@ -104,11 +158,25 @@ func NewTokenReview(client kubernetes.Interface, cfg TokenReviewConfig) *TokenRe
 	if cfg.CacheMax <= 0 {
 		cfg.CacheMax = DefaultReviewCacheMax
 	}
+	if cfg.RejectCacheMax <= 0 {
+		cfg.RejectCacheMax = DefaultReviewCacheMax
+	}
+	if cfg.UnknownQPS <= 0 {
+		cfg.UnknownQPS = DefaultUnknownQPS
+	}
+	if cfg.UnknownBurst <= 0 {
+		cfg.UnknownBurst = DefaultUnknownBurst
+	}
+	if cfg.UnknownQueue <= 0 {
+		cfg.UnknownQueue = DefaultUnknownQueue
+	}
 	t := &TokenReview{client: client, cfg: cfg, now: time.Now,
-		cache: map[[32]byte]cached{}, inflight: map[[32]byte]*flight{},
+		unknown: rate.NewLimiter(rate.Limit(cfg.UnknownQPS), cfg.UnknownBurst),
+		slots:   make(chan struct{}, cfg.UnknownQueue),
+		cache:   map[[32]byte]accepted{}, rejected: map[[32]byte]rejected{}, inflight: map[[32]byte]*flight{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slingshot_controller_token_reviews_total",
-			Help: "Agent token authentications by result: cached (a recent review reused), shared (another call's review in flight), accepted, rejected, error (the TokenReview call failed).",
+			Help: "Agent token authentications by result: cached (a recent review reused), shared (another call's review in flight), accepted, rejected, error (the TokenReview call failed), overloaded (an unknown token refused unreviewed: too many under review).",
 		}, []string{"result"})}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(t.total)
@@ -130,13 +198,13 @@ func (t *TokenReview) Authenticate(ctx context.Context) (Identity, error) {
 	}
 	key := sha256.Sum256([]byte(token))
 	for attempt := 1; ; attempt++ {
-		f, reviewer, hit := t.join(key)
+		f, reviewer, known, hit := t.join(key)
 		if hit != nil {
 			t.total.WithLabelValues("cached").Inc()
 			return hit.id, hit.err
 		}
 		if reviewer {
-			id, err := t.review(ctx, token)
+			id, err := t.reviewIn(ctx, token, known)
 			t.finish(ctx, key, token, f, id, err)
 			return id, err
 		}
@@ -156,74 +224,149 @@ func (t *TokenReview) Authenticate(ctx context.Context) (Identity, error) {
 }
 
 // join returns a fresh cached review, or the review in flight for key and
-// whether the caller is to make it (no review was in flight).
-func (t *TokenReview) join(key [32]byte) (f *flight, reviewer bool, hit *cached) {
+// whether the caller is to make it (no review was in flight) and whether
+// the token is known (accepted before, and not expired).
+func (t *TokenReview) join(key [32]byte) (f *flight, reviewer, known bool, hit *cached) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if c, ok := t.cache[key]; ok {
-		if t.now().Before(c.expires) {
-			return nil, false, &c
+	now := t.now()
+	if a, ok := t.cache[key]; ok {
+		switch {
+		case now.Before(a.fresh):
+			return nil, false, false, &cached{id: a.id}
+		case now.Before(a.known):
+			known = true
+		default:
+			delete(t.cache, key)
 		}
-		delete(t.cache, key)
+	}
+	if r, ok := t.rejected[key]; ok {
+		if now.Before(r.expires) {
+			return nil, false, false, &cached{err: r.err}
+		}
+		delete(t.rejected, key)
 	}
 	if f, ok := t.inflight[key]; ok {
 		f.waiters++
-		return f, false, nil
+		return f, false, known, nil
 	}
 	f = &flight{done: make(chan struct{})}
 	t.inflight[key] = f
-	return f, true, nil
+	return f, true, known, nil
+}
+
+// reviewIn reviews token: a known one at once, an unknown one in its own
+// bounded queue and under its own rate limit, so that a flood of unknown
+// tokens spends only that share of the client's rate limit and never
+// delays a known agent's renewal.
+func (t *TokenReview) reviewIn(ctx context.Context, token string, known bool) (Identity, error) {
+	if known {
+		return t.review(ctx, token)
+	}
+	select {
+	case t.slots <- struct{}{}:
+	default:
+		t.total.WithLabelValues("overloaded").Inc()
+		return Identity{}, fmt.Errorf("%w: %w: %d waiting", ErrUnauthenticated, ErrOverloaded, cap(t.slots))
+	}
+	defer func() { <-t.slots }()
+	// Wait fails at once when the wait would pass ctx's deadline.
+	if err := t.unknown.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return Identity{}, fmt.Errorf("%w: token review: %w", ErrUnauthenticated, context.Cause(ctx))
+		}
+		t.total.WithLabelValues("overloaded").Inc()
+		return Identity{}, fmt.Errorf("%w: %w: %w", ErrUnauthenticated, ErrOverloaded, err)
+	}
+	return t.review(ctx, token)
 }
 
 // finish publishes a review to its waiters and caches it: an accepted
-// one until TTL or the token's expiry, whichever is first; a rejection
-// for RejectTTL; a failed API call (or a review cut short by ctx) not.
+// one until TTL or the token's expiry, whichever is first (and known
+// until its expiry); a rejection for RejectTTL; a failed API call, a
+// refusal for overload, or a review cut short by ctx not. A rejection of
+// a known token (its pod deleted) forgets it.
 func (t *TokenReview) finish(ctx context.Context, key [32]byte, token string, f *flight, id Identity, err error) {
 	now := t.now()
-	var expires time.Time
 	dropped := err != nil && ctx.Err() != nil
-	switch {
-	case dropped:
-		t.total.WithLabelValues("error").Inc()
-	case err == nil:
-		t.total.WithLabelValues("accepted").Inc()
-		expires = now.Add(t.cfg.TTL)
-		if exp, ok := TokenExpiry(token); ok && exp.Before(expires) {
-			expires = exp
-		}
-	case isRejection(err):
-		t.total.WithLabelValues("rejected").Inc()
-		expires = now.Add(t.cfg.RejectTTL)
-	default:
-		t.total.WithLabelValues("error").Inc()
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.inflight, key)
 	f.id, f.err, f.dropped = id, err, dropped
 	close(f.done)
-	if !now.Before(expires) {
-		return
+	switch {
+	case dropped:
+		t.total.WithLabelValues("error").Inc()
+	case err == nil:
+		t.total.WithLabelValues("accepted").Inc()
+		a := accepted{id: id, fresh: now.Add(t.cfg.TTL), known: now.Add(knownWithoutExpiry)}
+		if exp, ok := TokenExpiry(token); ok {
+			a.known = exp
+			if exp.Before(a.fresh) {
+				a.fresh = exp
+			}
+		}
+		if !now.Before(a.fresh) {
+			delete(t.cache, key)
+			return
+		}
+		delete(t.rejected, key)
+		if _, ok := t.cache[key]; !ok && len(t.cache) >= t.cfg.CacheMax {
+			evictAccepted(t.cache, now, t.cfg.CacheMax)
+		}
+		t.cache[key] = a
+	case isRejection(err):
+		t.total.WithLabelValues("rejected").Inc()
+		delete(t.cache, key)
+		if len(t.rejected) >= t.cfg.RejectCacheMax {
+			evictRejected(t.rejected, now, t.cfg.RejectCacheMax)
+		}
+		t.rejected[key] = rejected{err: err, expires: now.Add(t.cfg.RejectTTL)}
+	case errors.Is(err, ErrOverloaded):
+		// Counted where refused.
+	default:
+		t.total.WithLabelValues("error").Inc()
 	}
-	if len(t.cache) >= t.cfg.CacheMax {
-		t.evict(now)
-	}
-	t.cache[key] = cached{id: id, err: err, expires: expires}
 }
 
-// evict drops expired reviews, then arbitrary ones (map order) until one
-// more fits. Called with mu held.
-func (t *TokenReview) evict(now time.Time) {
-	for k, v := range t.cache {
-		if !now.Before(v.expires) {
-			delete(t.cache, k)
+// evictAccepted makes room for one more acceptance: it drops those no
+// longer known, then those past their TTL (reviewed again anyway), then
+// arbitrary ones (map order). Called with mu held.
+func evictAccepted(m map[[32]byte]accepted, now time.Time, limit int) {
+	for k, v := range m {
+		if !now.Before(v.known) {
+			delete(m, k)
 		}
 	}
-	for k := range t.cache {
-		if len(t.cache) < t.cfg.CacheMax {
-			break
+	for k, v := range m {
+		if len(m) < limit {
+			return
 		}
-		delete(t.cache, k)
+		if !now.Before(v.fresh) {
+			delete(m, k)
+		}
+	}
+	for k := range m {
+		if len(m) < limit {
+			return
+		}
+		delete(m, k)
+	}
+}
+
+// evictRejected drops expired rejections, then arbitrary ones, until one
+// more fits. Called with mu held.
+func evictRejected(m map[[32]byte]rejected, now time.Time, limit int) {
+	for k, v := range m {
+		if !now.Before(v.expires) {
+			delete(m, k)
+		}
+	}
+	for k := range m {
+		if len(m) < limit {
+			return
+		}
+		delete(m, k)
 	}
 }
 

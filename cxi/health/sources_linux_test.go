@@ -21,6 +21,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // These tests use the real sources on whatever machine runs them. On a
@@ -93,7 +95,7 @@ func newNetns(t *testing.T) netns.NsHandle {
 	}()
 	m := <-ch
 	if errors.Is(m.err, unix.EPERM) {
-		t.Skipf("no privilege for a network namespace: %v", m.err)
+		testenv.RequirePrivileged(t, fmt.Sprintf("no privilege for a network namespace: %v", m.err))
 	}
 	if m.err != nil {
 		t.Fatalf("new network namespace: %v", m.err)

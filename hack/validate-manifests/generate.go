@@ -26,6 +26,10 @@ const (
 	haManifestsDir = "deploy/manifests/ha"
 	haManifestFile = "deploy/manifests/ha/slingshot.yaml"
 	haVariant      = "kube-ha"
+	// draManifestFile is the chart rendered with api "dra" (the NICs
+	// served through DRA), in a directory of its own for the same reason.
+	draManifestsDir = "deploy/manifests/dra"
+	draManifestFile = "deploy/manifests/dra/slingshot.yaml"
 	// storeCRDDir holds the CRDs of the controller's Kubernetes store, the
 	// source of their copies in deploy/crds.
 	storeCRDDir = "controller/store/kube/crds"
@@ -36,8 +40,9 @@ const (
 // of deploy/crds (Helm installs CRDs only from the chart's own crds/), the
 // plain manifests (a Namespace, the CRDs and the chart rendered with
 // default values), the highly available plain manifests (the same with
-// the values of the kube-ha variant), and the chart README with its
-// values table.
+// the values of the kube-ha variant), the same with the NICs served
+// through DRA (the dra variant), and the chart README with its values
+// table.
 func Generated(root string, ch *chart.Chart) (map[string][]byte, error) {
 	out, crds, err := GeneratedCRDs(root)
 	if err != nil {
@@ -66,6 +71,18 @@ func Generated(root string, ch *chart.Chart) (map[string][]byte, error) {
 	out[haManifestFile] = plainManifests(crds, rendered,
 		"with the values\n# "+strings.Join(setValues("", ha.Values), " ")+" (and its default controller.leaderElect=true)\n# on a cluster with cert-manager (the controller's TLS certificate comes from it)",
 		"kubectl apply -f "+haManifestsDir+"/ (after cert-manager; instead of "+manifestsDir+"/, not with it:\n# each makes the controller's Deployment)")
+
+	dra, ok := VariantNamed(draVariant)
+	if !ok {
+		return nil, fmt.Errorf("no variant %q", draVariant)
+	}
+	rendered, err = Render(ch, dra.Values, dra.APIVersions...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", draVariant, err)
+	}
+	out[draManifestFile] = plainManifests(crds, rendered,
+		"with the values\n# "+strings.Join(setValues("", dra.Values), " ")+"\n# on a cluster with cert-manager (the controller's TLS certificate comes from it)",
+		"kubectl apply -f "+draManifestsDir+"/ (after cert-manager; instead of "+manifestsDir+"/, not with it:\n# each makes the agent's DaemonSet)")
 
 	values, err := os.ReadFile(filepath.Join(root, chartDir, "values.yaml"))
 	if err != nil {
@@ -200,7 +217,7 @@ func Stale(root string, gen map[string][]byte) ([]string, error) {
 			stale = append(stale, p)
 		}
 	}
-	generatedDirs := []string{filepath.Join(chartDir, "crds"), manifestsDir, haManifestsDir}
+	generatedDirs := []string{filepath.Join(chartDir, "crds"), manifestsDir, haManifestsDir, draManifestsDir}
 	for _, dir := range generatedDirs {
 		extra, err := filepath.Glob(filepath.Join(root, dir, "*"))
 		if err != nil {

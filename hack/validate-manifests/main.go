@@ -183,7 +183,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			r.fail("render %s: %v", variant.Name, err)
 		}
 	}
-	for _, dir := range []string{manifestsDir, haManifestsDir, crdDir, examplesDir} {
+	for _, dir := range []string{manifestsDir, haManifestsDir, draManifestsDir, crdDir, examplesDir} {
 		files, err := readDir(filepath.Join(*root, dir))
 		if err != nil {
 			return err
@@ -195,7 +195,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 					objs = append(objs, o)
 				}
 			}
-			if dir == manifestsDir || dir == haManifestsDir {
+			if dir == manifestsDir || dir == haManifestsDir || dir == draManifestsDir {
 				r.consistency(filepath.Join(dir, f.name), objs, nil)
 			}
 			for _, err := range CheckNetworks(objs) {

@@ -292,6 +292,7 @@ func TestManifestDirsInstallOneController(t *testing.T) {
 	}{
 		{manifestsDir, 1, []string{"--db=/var/lib/slingshot-controller/controller.db"}},
 		{haManifestsDir, 3, []string{"--store=kube", "--store-namespace=" + releaseNamespace, "--leader-elect"}},
+		{draManifestsDir, 1, []string{"--db=/var/lib/slingshot-controller/controller.db"}},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			files, err := readDir(filepath.Join("../..", tc.dir))

@@ -43,7 +43,11 @@ func TestCheckNetworks(t *testing.T) {
 		want   string // "" for no error
 	}{
 		{name: "network and a pod's request", stream: nad("hsn0", hsn0) + "---\n" +
-			pod(`    k8s.v1.cni.cncf.io/networks: '[{"name": "hsn0", "interface": "hsn0", "ips": ["10.150.4.7/16"], "cni-args": {"pool": "hsn0", "ip": "10.150.4.7", "interface": "hsn0", "netdev": "hsn0", "other-plugin": 3}}]'`+"\n")},
+			pod(`    k8s.v1.cni.cncf.io/networks: '[{"name": "hsn0", "interface": "hsn0", "ips": ["10.150.4.7/16"], "cni-args": {"pool": "hsn0", "ip": "10.150.4.7", "interface": "hsn0", "netdev": "hsn0"}}]'`+"\n")},
+		// Issue 24: a typo of a key was ignored and an address handed out.
+		{name: "cni-args with an unknown key", stream: nad("hsn0", hsn0) + "---\n" +
+			pod(`    k8s.v1.cni.cncf.io/networks: '[{"name": "hsn0", "cni-args": {"subnett": "10.150.4.0/24"}}]'`+"\n"),
+			want: `slingshot-ipam would refuse the pod's request: args.cni: unknown field "subnett"`},
 		{name: "another ipam is not ours", stream: nad("n", `{"cniVersion": "1.0.0", "name": "n", "type": "macvlan", "ipam": {"type": "host-local", "pools": 1}}`)},
 		{name: "no config: a file on the node", stream: "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: n, namespace: default}\n"},
 		{name: "config not JSON", stream: nad("n", `{"name": `), want: "spec.config is not a JSON object"},
