@@ -25,7 +25,10 @@ type Config struct {
 	// Quarantine is how long a freed VNI waits before reuse; default 60 s.
 	// A negative value means none.
 	Quarantine time.Duration
-	// SliceTTL is how long a slice lease lasts without renewal; default 60 s.
+	// SliceTTL is how long a slice lease lasts without renewal; default
+	// 60 s. Renewals are kept in memory, never stored, so the TTL costs the
+	// store nothing; a new leader grants every slice a full TTL from its
+	// takeover.
 	SliceTTL time.Duration
 	// SliceGrace is how long a node must be gone before its empty slices
 	// are reclaimed, and before a deleted node stops holding VNIs;

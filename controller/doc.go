@@ -64,6 +64,16 @@
 // last report; a node whose Node object is deleted keeps only those with
 // ids allocated, since its pods are deleted with it. See package slices.
 //
+// A heartbeat that changes nothing costs nothing: the leader renews in
+// memory and answers at once. It writes (and waits for the write before
+// it answers) only a slice taken or given back and a report that changes
+// what reclaim reads: whether anything is allocated, and whether the
+// slice is open. A new leader cannot know the last renewals, so it counts
+// every slice renewed at its takeover (slices.Table.Load) and reclaims a
+// silent node's slice no sooner than Config.SliceTTL plus SliceGrace
+// after it. The store's load grows with change, not with time or with
+// the number of quiet nodes.
+//
 // A Allocator is safe for concurrent use. [Allocator.Run] owns its goroutines
 // (the committer and the sweeper) and returns when its context ends.
 package controller

@@ -110,6 +110,12 @@ func startNodes(t testing.TB, path string, res Resolver, nodes NodeDirectory, cf
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startStore(t, st, res, nodes, cfg)
+}
+
+// startStore is startNodes over st, which stop closes.
+func startStore(t testing.TB, st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Allocator, func()) {
+	t.Helper()
 	svc, err := New(st, res, nodes, cfg)
 	if err != nil {
 		t.Fatal(err)

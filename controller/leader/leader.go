@@ -22,12 +22,18 @@ type Config struct {
 	// Identity of this replica, unique among the candidates (the pod name).
 	Identity string
 	// LeaseDuration is how long followers wait after the last renewal
-	// before taking over; default 8 s. It bounds failover after a crash.
+	// before taking over; default 2 s. With RetryPeriod it bounds failover
+	// after a crash (the new leader then loads the state). It is short
+	// because it is not what keeps two leaders from writing: the store is
+	// fenced (package store/kube), so a deposed leader that still believes
+	// it leads fails its next commit; a short lease costs at worst an
+	// extra failover when the API server stalls past RenewDeadline.
 	LeaseDuration time.Duration
 	// RenewDeadline is how long the leader keeps retrying a renewal before
-	// it steps down; default 5 s. Must be below LeaseDuration.
+	// it steps down; default 1.5 s. Must be below LeaseDuration.
 	RenewDeadline time.Duration
-	// RetryPeriod is the interval of acquire and renew attempts; default 1 s.
+	// RetryPeriod is the interval of acquire and renew attempts; default
+	// 500 ms: the leader writes its Lease twice a second.
 	RetryPeriod time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -38,13 +44,13 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = 8 * time.Second
+		c.LeaseDuration = 2 * time.Second
 	}
 	if c.RenewDeadline == 0 {
-		c.RenewDeadline = 5 * time.Second
+		c.RenewDeadline = 1500 * time.Millisecond
 	}
 	if c.RetryPeriod == 0 {
-		c.RetryPeriod = time.Second
+		c.RetryPeriod = 500 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -252,7 +252,9 @@ func TestReclaimRule(t *testing.T) {
 	}
 }
 
-// Renew records the open flag, and a change of it alone is persisted.
+// Renew records the open flag and the count; a change of the flag, or of
+// whether anything is allocated, is persisted, a change of the count alone
+// or of nothing (however much later) is not.
 func TestRenewPersistsOpen(t *testing.T) {
 	tb, _ := NewTable(PoolSpec{Name: "hsn0", Prefix: netip.MustParsePrefix("10.0.0.0/24"), SliceSize: 26})
 	now, ttl := time.Unix(1000, 0), time.Minute
@@ -262,7 +264,9 @@ func TestRenewPersistsOpen(t *testing.T) {
 	for _, step := range []struct {
 		u       Usage
 		wantOps int
-	}{{Usage{Open: true}, 0}, {Usage{}, 1}, {Usage{}, 0}, {Usage{Open: true}, 1}, {Usage{Allocated: 3, Open: true}, 1}} {
+	}{{Usage{Open: true}, 0}, {Usage{}, 1}, {Usage{}, 0}, {Usage{Open: true}, 1}, {Usage{Allocated: 3, Open: true}, 1},
+		{Usage{Allocated: 5, Open: true}, 0}, {Usage{Allocated: 5, Open: true}, 0}, {Usage{Allocated: 5}, 1}, {Usage{}, 1}} {
+		now = now.Add(ttl)
 		ops, _ := tb.Renew("a", map[int]Usage{0: step.u}, now, ttl)
 		if len(ops) != step.wantOps {
 			t.Fatalf("Renew %+v: %d ops, want %d", step.u, len(ops), step.wantOps)

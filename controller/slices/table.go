@@ -66,11 +66,14 @@ type Table struct {
 	byNode map[string]map[int]struct{}
 }
 
+// entry is one lease. rec is the leader's view: its Expires, Allocated
+// count and Reported time move with every renewal in memory only. What
+// the store holds of it agrees with rec on everything reclaim reads
+// after a takeover: the node, whether anything is allocated (Allocated
+// zero or not) and Open. Renew keeps that so by writing whenever a
+// report changes one of them, and Version is the stored record's.
 type entry struct {
 	rec store.Slice
-	// stored is the Expires value last persisted; renewals are persisted
-	// only when they move it by a good part of the TTL.
-	stored time.Time
 }
 
 // NewTable returns an empty table of a valid spec.
@@ -88,9 +91,14 @@ func (t *Table) Spec() PoolSpec { return t.spec }
 // Leased returns the number of leased slices.
 func (t *Table) Leased() int { return len(t.leases) }
 
-// Load adds a stored lease. Leases loaded after a restart count as renewed
-// at now: nodes could not renew while the controller was down. It returns
-// an error when the slice lies outside the pool, as after a range change.
+// Load adds a stored lease. A lease loaded by a new leader (or after a
+// reload) counts as renewed at now, the takeover: renewals are answered
+// from memory and never stored, so the store cannot say when the node
+// last renewed, and the node may have renewed with the previous leader a
+// moment ago. Its Expires is therefore at least now+ttl, and the sweep
+// reclaims nothing of a silent node before that plus the grace period.
+// It returns an error when the slice lies outside the pool, as after a
+// range change.
 func (t *Table) Load(rec store.Slice, now time.Time, ttl time.Duration) error {
 	if rec.Index < 0 || rec.Index >= t.spec.Count() {
 		return fmt.Errorf("pool %s: slice %d leased to %s lies outside the pool's %d slices", t.spec.Name, rec.Index, rec.Node, t.spec.Count())
@@ -98,7 +106,7 @@ func (t *Table) Load(rec store.Slice, now time.Time, ttl time.Duration) error {
 	if !t.taken.Add(rec.Index) {
 		return fmt.Errorf("pool %s: slice %d loaded twice", t.spec.Name, rec.Index)
 	}
-	e := &entry{rec: rec, stored: rec.Expires}
+	e := &entry{rec: rec}
 	if until := now.Add(ttl); e.rec.Expires.Before(until) {
 		e.rec.Expires = until
 	}
@@ -192,7 +200,6 @@ func (t *Table) AcquireAt(node string, i int, now time.Time, ttl time.Duration) 
 func (t *Table) lease(node string, i int, now time.Time, ttl time.Duration) store.Op {
 	t.taken.Add(i)
 	e := &entry{rec: store.Slice{Pool: t.spec.Name, Index: i, Node: node, Expires: now.Add(ttl), Reported: now, Open: true, Version: 1}}
-	e.stored = e.rec.Expires
 	t.leases[i] = e
 	t.nodeSet(node)[i] = struct{}{}
 	rec := e.rec
@@ -208,24 +215,27 @@ func (p PoolSpec) rangeString() string {
 
 // Renew extends the node's leases to now+ttl and records usage, per slice
 // index as the node reports it; slices it does not report keep their last
-// report. It returns the ops to persist and the reported indices the node
-// does not hold (lost).
+// report. The renewal itself is kept in memory only: it returns ops (to
+// persist before the node is answered) only for slices whose report
+// changes what reclaim reads, that is whether anything is allocated and
+// whether the slice is open; a changed count of ids in use alone is not
+// written. It also returns the reported indices the node does not hold
+// (lost).
 func (t *Table) Renew(node string, usage map[int]Usage, now time.Time, ttl time.Duration) (ops []store.Op, lost []int) {
 	until := now.Add(ttl)
 	for i := range t.byNode[node] {
 		e := t.leases[i]
 		changed := false
 		if u, ok := usage[i]; ok {
-			changed = u.Allocated != e.rec.Allocated || u.Open != e.rec.Open
+			changed = (u.Allocated != 0) != (e.rec.Allocated != 0) || u.Open != e.rec.Open
 			e.rec.Allocated, e.rec.Open, e.rec.Reported = u.Allocated, u.Open, now
 		}
 		if until.After(e.rec.Expires) {
 			e.rec.Expires = until
 		}
-		if changed || e.rec.Expires.Sub(e.stored) >= ttl/2 {
+		if changed {
 			prev := e.rec.Version
 			e.rec.Version++
-			e.stored = e.rec.Expires
 			rec := e.rec
 			ops = append(ops, store.Put(&rec, prev))
 		}
