@@ -606,8 +606,12 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 // sharedClaimMessage says why a second pod of a claim is refused, and
 // what to do, for the person reading the pod's events.
 func sharedClaimMessage(rec *Record, sb Sandbox) string {
+	holder := "with UID " + rec.BoundPod
+	if i := slices.IndexFunc(rec.Pods, func(p PodRef) bool { return p.UID == rec.BoundPod }); i >= 0 {
+		holder = rec.Pods[i].Namespace + "/" + rec.Pods[i].Name
+	}
 	return fmt.Sprintf("ResourceClaim %s is in use by pod %s on this node: a claim's CXI services admit one pod's network namespace, so pod %s cannot share it; give each pod its own claim with a ResourceClaimTemplate (spec.resourceClaims[].resourceClaimTemplateName), whose claims of one Job share its VNI",
-		rec.Key(), rec.BoundPod, sb.key())
+		rec.Key(), holder, sb.key())
 }
 
 // replaceStale replaces the services that admit a namespace other than

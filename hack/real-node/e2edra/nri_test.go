@@ -72,6 +72,7 @@ func TestDRANRIUnreachableFailsClosed(t *testing.T) {
 	ns := newNamespace(t, "dra-nri")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("nri", 1, "nic")
+	env.WithServiceCheck(&job.Spec.Template.Spec)
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

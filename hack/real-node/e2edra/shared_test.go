@@ -36,6 +36,7 @@ func TestDRASharedClaimSecondPodRefused(t *testing.T) {
 		spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
 		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: cluster.ClaimName, ResourceClaimName: ptr.To("shared")}}
 		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: cluster.ClaimName}}
+		env.WithServiceCheck(&spec)
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"e2e-shared": name}}, Spec: spec}
 	}
 	if _, err := env.Node.Client.CoreV1().Pods(ns).Create(ctx, pod("first"), metav1.CreateOptions{}); err != nil {
@@ -76,5 +77,21 @@ func TestDRASharedClaimSecondPodRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBound(t, viewDRAPod(t, ctx, *first))
+	if !cluster.Started(first) {
+		t.Fatalf("the first pod's container is not running: %+v", first.Status.ContainerStatuses)
+	}
+	// The claim's services stay the first pod's alone.
+	rep, err := env.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Claims {
+		if c.Namespace == ns && c.Name == "shared" {
+			if c.State != "bound" || c.BoundPod != string(first.UID) {
+				t.Fatalf("claim %s/shared: %+v, want bound to the first pod %s", ns, c, first.UID)
+			}
+			return
+		}
+	}
+	t.Fatalf("the agent does not list claim %s/shared: %+v", ns, rep.Claims)
 }
