@@ -22,11 +22,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
-// lostClaimGrace is how long the API server must have stopped allocating a
-// prepared claim to this node, read twice, before the agent unprepares it
-// itself (the kubelet lost its claim state and will never ask).
-const lostClaimGrace = 5 * time.Minute
-
 // draFront is the agent's DRA front end (--api=dra): the kubelet plugin
 // and its ResourceSlice, the NRI plugin that binds at the sandbox, and the
 // collector of claims the kubelet lost.
@@ -189,10 +184,11 @@ func (d *draFront) publish(ctx context.Context) {
 }
 
 func (d *draFront) loops(ctx context.Context) []func() error {
-	collector := &dra.Collector{M: d.mgr, Claims: dra.APIClaims{Client: d.kube}, Grace: lostClaimGrace, Now: time.Now}
+	grace := d.a.opts.DRALostClaimGrace
+	collector := &dra.Collector{M: d.mgr, Claims: dra.APIClaims{Client: d.kube}, Grace: grace, Now: time.Now}
 	return []func() error{
 		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
-		func() error { return collector.Run(ctx, lostClaimGrace/5) },
+		func() error { return collector.Run(ctx, grace/5) },
 	}
 }
 

@@ -91,6 +91,10 @@ type Options struct {
 	DRADriverName string
 	NRISocket     string
 	Kubeconfig    string
+	// DRALostClaimGrace is how long the API server must have stopped
+	// allocating a prepared claim to this node, read twice, before the
+	// agent unprepares it itself: the kubelet lost its claim state.
+	DRALostClaimGrace time.Duration
 }
 
 // RegisterFlags binds every option to fs with its default.
@@ -119,6 +123,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.API, "api", APIDevicePlugin, "Kubernetes `API` that serves the NICs: \"deviceplugin\" (resource hpe.com/cxi) or \"dra\" (Dynamic Resource Allocation: ResourceSlices, claims, and an NRI plugin binding each pod's services); a node serves them through one only")
 	fs.StringVar(&o.DRADriverName, "dra-driver-name", "cxi.slingshot.hpe.com", "DRA driver `name` of --api=dra: its ResourceSlices, DeviceClasses and claims' configuration use it")
 	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs")
+	fs.DurationVar(&o.DRALostClaimGrace, "dra-lost-claim-grace", 5*time.Minute, "with --api=dra, how long two successful reads of a prepared claim at least this far apart must find it no longer allocated to this node before the agent unprepares it itself (the kubelet lost its claim state); a failed read proves nothing")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API of --api=dra; empty: the in-cluster configuration")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log `format`: text or json")
@@ -170,6 +175,9 @@ func (o *Options) Validate() error {
 		}
 		if !filepath.IsAbs(o.NRISocket) || len(o.NRISocket) > maxSocketPath {
 			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))
+		}
+		if o.DRALostClaimGrace < time.Second {
+			errs = append(errs, fmt.Errorf("--dra-lost-claim-grace %v: want at least 1s", o.DRALostClaimGrace))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--api %q: want %q or %q", o.API, APIDevicePlugin, APIDRA))

@@ -74,6 +74,8 @@ type Options struct {
 	API string
 	// Values are merged over the chart values Setup sets.
 	Values map[string]any
+	// AgentArgs are added to the agent's command line (agent.extraArgs).
+	AgentArgs []string
 	Logf   func(format string, args ...any)
 }
 
@@ -313,6 +315,14 @@ func (e *Env) importImages(ctx context.Context, bin string) error {
 // values are the chart values of the real node: the production defaults
 // but for what a node without Slingshot hardware, a registry, a storage
 // provisioner, a Service proxy or cluster DNS needs (each commented).
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
 func (e *Env) values() map[string]any {
 	n := e.Node
 	v := map[string]any{
@@ -328,7 +338,7 @@ func (e *Env) values() map[string]any {
 			"controllerAddress": e.ControllerAddr,
 			// The node's containerd socket is under its root, not at
 			// containerd's default path.
-			"extraArgs": []any{"--cri-socket=" + n.ContainerdSocket},
+			"extraArgs": append([]any{"--cri-socket=" + n.ContainerdSocket}, toAny(e.opts.AgentArgs)...),
 			"logLevel":  "debug",
 			// Enough shares that a burst of one-NIC pods fits; the
 			// rest of the agent's configuration is the chart's.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
@@ -28,10 +29,15 @@ var (
 // claim at a time).
 const nics = 4
 
+// lostClaimGrace is the agent's --dra-lost-claim-grace on this node.
+const lostClaimGrace = 10 * time.Second
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(cluster.TestMain(m.Run, func(root string) cluster.Options {
-		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf}
+		// A short grace, so that TestDRAKubeletLostClaimState sees the
+		// agent collect a claim the kubelet forgot within the test.
+		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()}}
 	}, func(e *cluster.Env) { env = e }))
 }
 
