@@ -161,7 +161,7 @@ func (p *parts) buildGRPC(context.Context) error {
 		// known agents' renewals.
 		authn = auth.NewTokenReview(p.kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
 			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg,
-			UnknownQPS: c.TokenReviewQPS / 4, UnknownBurst: max(1, c.TokenReviewBurst/4)})
+			ClientQPS: c.TokenReviewQPS, ClientBurst: c.TokenReviewBurst})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:

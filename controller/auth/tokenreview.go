@@ -36,6 +36,11 @@ const (
 	DefaultUnknownQPS     = 5
 	DefaultUnknownBurst   = 10
 	DefaultUnknownQueue   = 64
+	// DefaultReviewQPS and DefaultReviewBurst are the controller's
+	// defaults of --token-review-qps and --token-review-burst, the rate
+	// limit of its TokenReview client.
+	DefaultReviewQPS   = 20
+	DefaultReviewBurst = 40
 )
 
 // knownWithoutExpiry is how long a token that was accepted and carries no
@@ -75,6 +80,12 @@ type TokenReviewConfig struct {
 	// RejectCacheMax bounds the cached rejections, a cache of their own;
 	// 0: DefaultReviewCacheMax.
 	RejectCacheMax int
+	// ClientQPS and ClientBurst are the rate limit of the client's own
+	// limiter (the controller's --token-review-qps, --token-review-burst);
+	// when set, the lanes' rates not set take their shares of it:
+	// UnknownQPS a quarter.
+	ClientQPS   float64
+	ClientBurst int
 	// UnknownQPS and UnknownBurst bound the rate of reviews of unknown
 	// tokens: those never accepted before, or whose acceptance expired
 	// with the token. Known tokens (an agent renewing its review after
@@ -160,6 +171,12 @@ func NewTokenReview(client kubernetes.Interface, cfg TokenReviewConfig) *TokenRe
 	}
 	if cfg.RejectCacheMax <= 0 {
 		cfg.RejectCacheMax = DefaultReviewCacheMax
+	}
+	if cfg.UnknownQPS <= 0 && cfg.ClientQPS > 0 {
+		cfg.UnknownQPS = cfg.ClientQPS / 4
+	}
+	if cfg.UnknownBurst <= 0 && cfg.ClientBurst > 0 {
+		cfg.UnknownBurst = max(1, cfg.ClientBurst/4)
 	}
 	if cfg.UnknownQPS <= 0 {
 		cfg.UnknownQPS = DefaultUnknownQPS
@@ -402,29 +419,77 @@ func (t *TokenReview) review(ctx context.Context, token string) (Identity, error
 	return id, nil
 }
 
+// projectedClaims are the claims of a projected ServiceAccount token that
+// matter here. Read without checking the signature, they route a token
+// (or bound a cache entry of a token the API server accepted); they never
+// authenticate it.
+type projectedClaims struct {
+	Sub  string   `json:"sub"`
+	Exp  *float64 `json:"exp"`
+	Aud  audience `json:"aud"`
+	Kube struct {
+		Namespace      string  `json:"namespace"`
+		Node           *objRef `json:"node"`
+		Pod            *objRef `json:"pod"`
+		ServiceAccount *objRef `json:"serviceaccount"`
+	} `json:"kubernetes.io"`
+}
+
+type objRef struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+}
+
+// audience is a JWT's "aud": one string or a list of them.
+type audience []string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = audience{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("aud: %w", err)
+	}
+	*a = list
+	return nil
+}
+
+// decodeClaims decodes a JWT's payload into v, without checking anything;
+// false when token is not a JWT or its payload not JSON of v's shape.
+func decodeClaims(token string, v any) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return false
+	}
+	return json.Unmarshal(payload, v) == nil
+}
+
 // TokenExpiry returns the "exp" claim of a JWT, read without checking its
 // signature: only for a token the API server has just accepted, whose
 // claims it has checked. ok is false when the token is not a JWT or has
 // no usable exp.
 func TokenExpiry(token string) (exp time.Time, ok bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return time.Time{}, false
-	}
 	var claims struct {
 		Exp *float64 `json:"exp"`
 	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+	if !decodeClaims(token, &claims) || claims.Exp == nil {
 		return time.Time{}, false
 	}
-	// Seconds since the epoch; anything outside what time.Unix can hold
-	// is not a usable expiry.
-	if e := *claims.Exp; math.IsNaN(e) || e < 0 || e > 1<<40 {
+	return expiry(*claims.Exp)
+}
+
+// expiry converts an "exp" claim, seconds since the epoch; anything
+// outside what time.Unix can hold is not a usable expiry.
+func expiry(e float64) (time.Time, bool) {
+	if math.IsNaN(e) || e < 0 || e > 1<<40 {
 		return time.Time{}, false
 	}
-	return time.Unix(int64(*claims.Exp), 0), true
+	return time.Unix(int64(e), 0), true
 }
