@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/peer"
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,6 +28,9 @@ import (
 // the reviews of each kind.
 type fleetServer struct {
 	agent, junk atomic.Int64
+	// during, when set before the first review, is called as a review
+	// starts; what it returns, as it ends.
+	during func(token string) (end func())
 }
 
 // newFleetServer returns the server and a client of it with client-go's
@@ -38,6 +43,9 @@ func newFleetServer(t *testing.T, qps float32, burst int) (*fleetServer, kuberne
 		if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		if s.during != nil {
+			defer s.during(tr.Spec.Token)()
 		}
 		// The API server's work: a simulated latency, not a synchronization.
 		time.Sleep(time.Millisecond)
@@ -180,4 +188,122 @@ func testRestart(t *testing.T, agents, junk int) {
 	if got := s.agent.Load(); got != int64(agents) {
 		t.Fatalf("%d agent reviews, want %d: one per token", got, agents)
 	}
+}
+
+// Only a token shaped as the agent's projected token is a candidate; its
+// claims are read unverified, so the shape only picks its lane.
+func TestCandidateClaims(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	exp := now.Add(time.Hour)
+	with := func(edit func(c map[string]any)) string {
+		var c map[string]any
+		_ = decodeClaims(agentToken("n1", "sig", exp), &c)
+		edit(c)
+		return jwt(c)
+	}
+	kube := func(c map[string]any) map[string]any { return c["kubernetes.io"].(map[string]any) }
+	tests := []struct {
+		name  string
+		token string
+		node  string
+	}{
+		{"agent", agentToken("n1", "sig", exp), "n1"},
+		{"forged agent: the shape alone", agentToken("n1", "forged", exp), "n1"},
+		{"one audience as a string", with(func(c map[string]any) { c["aud"] = "slingshot-controller" }), "n1"},
+		{"not a JWT", "junk-000001", ""},
+		{"payload not JSON", "a.bm90IGpzb24.c", ""},
+		{"expired", agentToken("n1", "sig", now), ""},
+		{"no exp", with(func(c map[string]any) { delete(c, "exp") }), ""},
+		{"another audience", with(func(c map[string]any) { c["aud"] = []string{"api"} }), ""},
+		{"another service account", with(func(c map[string]any) { c["sub"] = "system:serviceaccount:default:x" }), ""},
+		{"sub and claims disagree", with(func(c map[string]any) { kube(c)["namespace"] = "default" }), ""},
+		{"no node", with(func(c map[string]any) { delete(kube(c), "node") }), ""},
+		{"empty node name", with(func(c map[string]any) { kube(c)["node"] = map[string]string{"name": ""} }), ""},
+		{"node name too long", with(func(c map[string]any) { kube(c)["node"] = map[string]string{"name": strings.Repeat("n", 254)} }), ""},
+		{"no pod", with(func(c map[string]any) { delete(kube(c), "pod") }), ""},
+		{"node not an object", with(func(c map[string]any) { kube(c)["node"] = "n1" }), ""},
+	}
+	tr := NewTokenReview(nil, TokenReviewConfig{Audiences: []string{"slingshot-controller"}, Allowed: []string{agentSA}})
+	tr.now = func() time.Time { return now }
+	for _, tt := range tests {
+		node, ok := tr.candidate(t.Context(), tt.token)
+		if ok != (tt.node != "") || node != tt.node {
+			t.Errorf("%s: candidate = %q, %v; want %q", tt.name, node, ok, tt.node)
+		}
+	}
+}
+
+// A connection that starts candidate reviews faster than an agent does
+// sends its further tokens to the unknown lane; another connection is
+// not affected, and the rate comes back with time.
+func TestCandidatePerConnection(t *testing.T) {
+	clock := newFakeClock(time.Unix(1_700_000_000, 0))
+	tr := NewTokenReview(nil, TokenReviewConfig{Allowed: []string{agentSA}})
+	clock.install(tr)
+	conn := func(port int) context.Context {
+		return peer.NewContext(t.Context(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: port}})
+	}
+	tok := agentToken("n1", "forged", clock.now().Add(time.Hour))
+	for i := range candidateConnBurst {
+		if _, ok := tr.candidate(conn(1), tok); !ok {
+			t.Fatalf("call %d on one connection: not a candidate, want one within the burst", i)
+		}
+	}
+	if _, ok := tr.candidate(conn(1), tok); ok {
+		t.Fatalf("call beyond the burst on one connection: a candidate, want the unknown lane")
+	}
+	if _, ok := tr.candidate(conn(2), tok); !ok {
+		t.Fatalf("another connection: not a candidate")
+	}
+	clock.advance(time.Second / candidateConnQPS)
+	if _, ok := tr.candidate(conn(1), tok); !ok {
+		t.Fatalf("the first connection a second later: not a candidate")
+	}
+}
+
+// Forged agent tokens claiming one node are reviewed one at a time, and
+// the genuine agent of that node gets in among them within its attempt.
+func TestCandidateOneReviewPerNode(t *testing.T) {
+	var inflight, most atomic.Int64
+	s, cs := newFleetServer(t, float32(DefaultReviewQPS), DefaultReviewBurst)
+	s.during = func(token string) func() {
+		if c, ok := claimedNode(token); !ok || c != "n1" {
+			return func() {}
+		}
+		n := inflight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return func() { inflight.Add(-1) }
+	}
+	tr := NewTokenReview(cs, TokenReviewConfig{Allowed: []string{agentSA}, ClientQPS: DefaultReviewQPS, ClientBurst: DefaultReviewBurst})
+	exp := time.Now().Add(time.Hour)
+	const forged = 50
+	var wg sync.WaitGroup
+	for i := range forged {
+		// Each forgery distinct: another pod name.
+		tok := agentToken("n1", "forged"+strings.Repeat("x", i), exp)
+		wg.Go(func() { _, _ = tr.Authenticate(withToken(t.Context(), tok)) })
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	id, err := tr.Authenticate(withToken(ctx, agentToken("n1", "sig", exp)))
+	wg.Wait()
+	if err != nil || id.Node != "n1" {
+		t.Fatalf("the genuine agent among %d forgeries: %+v, %v", forged, id, err)
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d reviews of tokens claiming n1 at once, want 1", m)
+	}
+	if got := s.junk.Load(); got != forged {
+		t.Fatalf("%d forgeries reviewed, want %d (all in the candidate lane, one at a time)", got, forged)
+	}
+}
+
+// claimedNode is the node a token's unverified claims name.
+func claimedNode(token string) (string, bool) {
+	var c projectedClaims
+	if !decodeClaims(token, &c) || c.Kube.Node == nil {
+		return "", false
+	}
+	return c.Kube.Node.Name, true
 }

@@ -394,6 +394,7 @@ func (t *TokenReview) connAllows(ctx context.Context) bool {
 		return true
 	}
 	addr := p.Addr.String()
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.conns[addr]
@@ -401,7 +402,6 @@ func (t *TokenReview) connAllows(ctx context.Context) bool {
 		if len(t.conns) >= candidateConnsMax {
 			// Forget the connections that have their whole burst back:
 			// forgetting them changes nothing.
-			now := time.Now()
 			for a, r := range t.conns {
 				if r.TokensAt(now) >= candidateConnBurst {
 					delete(t.conns, a)
@@ -414,7 +414,7 @@ func (t *TokenReview) connAllows(ctx context.Context) bool {
 		r = rate.NewLimiter(candidateConnQPS, candidateConnBurst)
 		t.conns[addr] = r
 	}
-	return r.Allow()
+	return r.AllowN(now, 1)
 }
 
 // holdNode waits until no other candidate claiming node is under review
