@@ -147,8 +147,10 @@ type TokenReviewConfig struct {
 // The gRPC port is open to every pod, and anyone can present random
 // tokens. So acceptances and rejections are cached apart (a rejection
 // cannot evict an acceptance), and a token that was never accepted is
-// reviewed under a rate limit and a bounded queue of its own, which a
-// known agent's renewal never waits in. It is safe for concurrent use.
+// reviewed in a lane with a rate limit and a bounded queue of its own,
+// which a known agent's renewal never waits in: agent candidates (by
+// their unverified claims) in one, one per claimed node at a time, and
+// everything else in a small one. It is safe for concurrent use.
 type TokenReview struct {
 	client kubernetes.Interface
 	cfg    TokenReviewConfig
