@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
@@ -95,8 +96,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.Auth, "auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount token), mtls (client certificates), none")
 	fs.StringVar(&c.AgentServiceAccounts, "agent-service-accounts", "system:serviceaccount:slingshot:slingshot-agent", "users accepted by --auth tokenreview, comma-separated")
 	fs.StringVar(&c.TokenAudiences, "token-audiences", "", "audiences a token must carry for --auth tokenreview, comma-separated; empty: the API server's")
-	fs.Float64Var(&c.TokenReviewQPS, "token-review-qps", 20, "TokenReviews per second, on a Kubernetes client of their own, apart from the leader election's")
-	fs.IntVar(&c.TokenReviewBurst, "token-review-burst", 40, "burst of TokenReviews above --token-review-qps")
+	fs.Float64Var(&c.TokenReviewQPS, "token-review-qps", auth.DefaultReviewQPS, "TokenReviews per second, on a Kubernetes client of their own, apart from the leader election's")
+	fs.IntVar(&c.TokenReviewBurst, "token-review-burst", auth.DefaultReviewBurst, "burst of TokenReviews above --token-review-qps")
 	fs.DurationVar(&c.TokenReviewTTL, "token-review-cache-ttl", 30*time.Second, "how long an agent token's accepted review is reused, never past the token's expiry: a deleted agent pod's token is refused within it")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "server certificate file of the gRPC API (with --tls-key)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "server key file of the gRPC API")

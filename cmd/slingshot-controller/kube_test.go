@@ -118,7 +118,7 @@ func TestTokenReviewFlags(t *testing.T) {
 	for _, tt := range tests {
 		c, err := parseFlags(tt.args, env(nil), io.Discard)
 		if tt.wantErr == "" {
-			if err != nil || c.TokenReviewQPS != 20 || c.TokenReviewBurst != 40 || c.TokenReviewTTL != 30*time.Second {
+			if err != nil || c.TokenReviewQPS != 2000 || c.TokenReviewBurst != 2000 || c.TokenReviewTTL != 30*time.Second {
 				t.Errorf("defaults: %v %+v", err, c)
 			}
 			continue

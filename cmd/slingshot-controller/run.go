@@ -156,12 +156,13 @@ func (p *parts) buildGRPC(context.Context) error {
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
-		// Unknown tokens (anyone's; an agent's first) get a quarter of the
-		// client's rate, so that a flood of them leaves the rest to the
-		// known agents' renewals.
+		// Tokens never accepted before take shares of the client's rate:
+		// those shaped as an agent's (every agent's after a restart) three
+		// quarters, others (anyone's junk) a hundredth, so that neither
+		// can take what the known agents' renewals need.
 		authn = auth.NewTokenReview(p.kc.review, auth.TokenReviewConfig{Audiences: splitList(c.TokenAudiences),
 			Allowed: splitList(c.AgentServiceAccounts), TTL: c.TokenReviewTTL, Registerer: p.reg,
-			UnknownQPS: c.TokenReviewQPS / 4, UnknownBurst: max(1, c.TokenReviewBurst/4)})
+			ClientQPS: c.TokenReviewQPS, ClientBurst: c.TokenReviewBurst})
 	case "mtls":
 		authn = auth.MTLS{Prefix: c.MTLSPrefix}
 	default:

@@ -18,8 +18,11 @@
 // that a burst of reviews cannot delay other calls (the leader election's).
 // Any pod can reach the port and present random tokens: acceptances are
 // cached apart from rejections, which cannot evict them, and tokens never
-// accepted before are reviewed under a rate limit and a bounded queue of
-// their own, which an agent renewing its review does not wait in.
+// accepted before are reviewed under rate limits and bounded queues of
+// their own, which an agent renewing its review does not wait in: one
+// for agent candidates (tokens whose unverified claims are an agent's
+// projected token; every agent's after a controller restart), reviewed
+// one per claimed node at a time, and a small one for everything else.
 //
 // The embedded mode calls the controller in-process and needs none of this.
 package auth
