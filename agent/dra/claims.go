@@ -536,6 +536,9 @@ func (m *Manager) Bind(ctx context.Context, sb Sandbox) (err error) {
 		return fmt.Errorf("%w: pod %s has claims of %s but no network namespace of its own (hostNetwork); a service admitting the host's namespace would admit every host process",
 			ErrNotBound, sb.key(), m.cfg.Driver)
 	}
+	if err := m.checkSuffixes(uids, sb); err != nil {
+		return err
+	}
 	var errs []error
 	for _, uid := range uids {
 		if err := m.bindClaim(ctx, uid, sb); err != nil {
@@ -600,6 +603,30 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
 	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
+	return nil
+}
+
+// checkSuffixes refuses a pod two of whose claims would set the same
+// SLINGSHOT_* names: each claim's CDI spec sets its own values, and the
+// runtime would refuse the clash with a message that names neither the
+// claims nor the fix.
+func (m *Manager) checkSuffixes(uids []string, sb Sandbox) error {
+	bySuffix := map[string]string{}
+	for _, uid := range uids {
+		rec, ok := m.store.get(uid)
+		if !ok {
+			continue
+		}
+		if other, clash := bySuffix[rec.Config.EnvSuffix]; clash {
+			names := "SLINGSHOT_DEVICES, SLINGSHOT_VNIS, ..."
+			if rec.Config.EnvSuffix != "" {
+				names = "SLINGSHOT_DEVICES_" + rec.Config.EnvSuffix + ", ..."
+			}
+			return fmt.Errorf("%w: pod %s has ResourceClaims %s and %s of %s that both set %s; give each claim but one its own envSuffix in its CXIClaimConfig (apiVersion %s, kind %s), e.g. envSuffix: STORAGE",
+				ErrNotBound, sb.key(), other, rec.Key(), m.cfg.Driver, names, ConfigAPIVersion, ConfigKind)
+		}
+		bySuffix[rec.Config.EnvSuffix] = rec.Key()
+	}
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
@@ -340,5 +342,33 @@ func (r *rig) checkInvariants(round int) {
 				r.t.Fatalf("round %d: service %d on %s admits %+v", round, s.Desc.SvcID, nic, s)
 			}
 		}
+	}
+}
+
+// A pod with two claims that both set the plain SLINGSHOT_* names is
+// refused at its sandbox with a message naming envSuffix, before the
+// runtime's own clash check refuses it without saying why; with an
+// envSuffix on one, it binds.
+func TestTwoClaimsWithoutEnvSuffixRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	for _, c := range []*resourceapi.ResourceClaim{claim("c1", "train-0", "", "cxi0"), claim("c2", "train-0", "", "cxi1")} {
+		if _, err := r.m.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := r.m.Bind(ctx, sandbox("train-0", 4026531900))
+	if !errors.Is(err, ErrNotBound) || !strings.Contains(err.Error(), "envSuffix") || !strings.Contains(err.Error(), "ns/claim-c1") {
+		t.Fatalf("bind of two unsuffixed claims: %v, want a refusal naming envSuffix and the claims", err)
+	}
+	if err := r.m.Unprepare(ctx, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","envSuffix":"STORAGE"}`
+	if _, err := r.m.Prepare(ctx, claim("c3", "train-0", cfg, "cxi1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
+		t.Fatalf("bind with an envSuffix on one claim: %v", err)
 	}
 }
