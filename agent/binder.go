@@ -379,6 +379,9 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 			return created, fmt.Errorf("create service on %s for %s: %w", n.name, key, err)
 		}
 		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: []uint16{entry.VNI}}
+		if stale := b.store.ForgetReused(n.name, svc.ID); len(stale) > 0 {
+			b.logger.Info("the driver reused a destroyed service's ID; its old record entry goes", "nic", n.name, "id", svc.ID, "records", stale)
+		}
 		if _, err := b.update(key, func(p *checkpoint.Pod) {
 			p.Services = append(p.Services, rec)
 			p.Netns = netns

@@ -2,55 +2,42 @@ package agent
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
-	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
 // Issue 24, defect 5, on the device-plugin front end: a checkpoint change
 // the store refused was logged and the bind carried on, so PreStart could
-// succeed with a service missing from the record. It now fails the bind
-// and leaves no unrecorded service behind.
+// succeed with part of its work missing from the record. Here the refused
+// change is the pod's hsn address, which a stale record already names: the
+// bind now fails and leaves neither the address nor the pod recorded.
 func TestDefect5RefusedRecordFailsPreStart(t *testing.T) {
-	r := newRig(t, t.TempDir(), nil, netAB)
-	k := newFakeKubelet(t)
-	r.useWatcher(k, nil)
-	// Learn the ID the driver hands out next on cxi0 (its lowest free),
-	// and record it for another pod, as a corrupt or stale record would.
-	drv := r.b.nics["cxi0"].drv
-	probe, err := drv.Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses})
-	if err != nil {
+	h := newHSNRig(t, fakeNetns{"uid-p": 4026532001, "uid-a": 4026532002})
+	// A probe pod shows the address the allocator hands out next (it is
+	// next-fit: the one after the probe's).
+	h.pods.set(pod("ns", "probe", "uid-p", "main", dev0))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Destroy(t.Context(), probe.ID); err != nil {
-		t.Fatal(err)
-	}
-	other := checkpoint.Pod{Namespace: "ns", Name: "other", Services: []checkpoint.Service{{NIC: "cxi0", ID: probe.ID}}, DeviceIDs: map[string][]string{}}
-	if err := r.b.store.Put(other); err != nil {
+	probe, _ := h.b.store.Get("ns/probe")
+	next := probe.HSN.Address.Addr().Next()
+	stale := checkpoint.Pod{Namespace: "ns", Name: "stale", DeviceIDs: map[string][]string{},
+		HSN: &checkpoint.HSNLink{Name: "hsn0", Parent: "hsn0", Mode: "macvlan", Address: netip.PrefixFrom(next, probe.HSN.Address.Bits()), Owner: "pod/gone/hsn0"}}
+	if err := h.b.store.Put(stale); err != nil {
 		t.Fatal(err)
 	}
 
-	k.admit(kpodA)
-	err = r.b.PreStart(t.Context(), res, kpodA.ids)
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev1))
+	err := h.b.PreStart(t.Context(), res, []string{dev1})
 	if !errors.Is(err, checkpoint.ErrInvariant) {
-		t.Fatalf("PreStart whose record was refused: %v, want the store's refusal", err)
+		t.Fatalf("PreStart whose hsn address the record refused: %v, want the store's refusal", err)
 	}
-	for _, s := range r.services(t, "cxi0") {
-		if s.ID == probe.ID || slicesContainsMember(s, netAB["uid-a"]) {
-			t.Fatalf("service %d admitting %v left on the driver after the refused bind", s.ID, s.Members)
-		}
-	}
-	if r.has("ns/a") {
+	if h.has("ns/a") {
 		t.Fatal("the refused bind left pod a's record")
 	}
-}
-
-func slicesContainsMember(s cxi.Service, inode uint32) bool {
-	for _, m := range s.Members {
-		if m.Type == cxi.MemberNetNS && m.ID == inode {
-			return true
-		}
+	if _, attached := h.linker.in(4026532002, "hsn0"); attached {
+		t.Fatal("the refused bind left an hsn interface in pod a")
 	}
-	return false
 }

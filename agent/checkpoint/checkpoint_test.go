@@ -210,3 +210,33 @@ func TestConcurrentSavesLoseNothing(t *testing.T) {
 		t.Fatalf("%d pods on disk, want %d", got, n)
 	}
 }
+
+// A service ID the driver hands out again is dropped from the record that
+// still names it (a destroyed service whose record was not yet updated),
+// pod or claim, so that the new service can be recorded.
+func TestForgetReused(t *testing.T) {
+	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Pod{Namespace: "ns", Name: "old", Services: []Service{{NIC: "cxi0", ID: 5}, {NIC: "cxi1", ID: 5}}, DeviceIDs: map[string][]string{}}
+	if err := st.Put(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutClaim(&Claim{UID: "u", Namespace: "ns", Name: "c", Services: []ClaimService{{NIC: "cxi0", ID: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.ForgetReused("cxi0", 5); len(got) != 1 || got[0] != "ns/old" {
+		t.Fatalf("forgot in %v, want ns/old", got)
+	}
+	if got := st.ForgetReused("cxi0", 6); len(got) != 1 || got[0] != "claim:u" {
+		t.Fatalf("forgot in %v, want claim:u", got)
+	}
+	p, _ := st.Get("ns/old")
+	if len(p.Services) != 1 || p.Services[0].NIC != "cxi1" {
+		t.Fatalf("ns/old keeps %v, want cxi1's service only", p.Services)
+	}
+	if err := st.Put(Pod{Namespace: "ns", Name: "new", Services: []Service{{NIC: "cxi0", ID: 5}}, DeviceIDs: map[string][]string{}}); err != nil {
+		t.Fatalf("recording the reused ID: %v", err)
+	}
+}

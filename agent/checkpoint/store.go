@@ -133,6 +133,37 @@ func (s *Store) Update(key string, change func(*Pod)) (Pod, bool, error) {
 	return c.Clone(), true, nil
 }
 
+// ForgetReused drops the service id on nic from every record, pod or
+// claim, and returns the records it was in. The caller has just been
+// handed id by the driver for a new service: the driver gives out only IDs
+// no live service has, so a record naming it names a service already
+// destroyed whose record was not yet updated (a cleanup between its
+// destroy and its record change) or one a driver reload lost. Recording
+// the new service must not fail for that stale name.
+func (s *Store) ForgetReused(nic string, id uint32) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	same := func(n string, i uint32) bool { return n == nic && i == id }
+	for key, p := range s.state.Pods {
+		if slices.ContainsFunc(p.Services, func(x Service) bool { return same(x.NIC, x.ID) }) {
+			c := p.Clone()
+			c.Services = slices.DeleteFunc(c.Services, func(x Service) bool { return same(x.NIC, x.ID) })
+			s.state.Pods[key] = &c
+			out = append(out, key)
+		}
+	}
+	for uid, cl := range s.state.Claims {
+		if slices.ContainsFunc(cl.Services, func(x ClaimService) bool { return same(x.NIC, x.ID) }) {
+			c := cl.Clone()
+			c.Services = slices.DeleteFunc(c.Services, func(x ClaimService) bool { return same(x.NIC, x.ID) })
+			s.state.Claims[uid] = c
+			out = append(out, "claim:"+uid)
+		}
+	}
+	return out
+}
+
 // Delete drops key's record.
 func (s *Store) Delete(key string) {
 	s.mu.Lock()

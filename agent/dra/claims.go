@@ -306,6 +306,11 @@ func (m *Manager) createUnbound(ctx context.Context, rec *Record, n NICDevice) (
 		m.m.error("create")
 		return Service{}, fmt.Errorf("claim %s: create service on %s: %w", rec.Key(), n.Name, err)
 	}
+	// The driver handed out an ID no live service has: another record
+	// still naming it names a destroyed service (checkpoint.ForgetReused).
+	if stale := m.cfg.Store.ForgetReused(n.Name, svc.ID); len(stale) > 0 {
+		m.log.Info("the driver reused a destroyed service's ID; its old record entry goes", "nic", n.Name, "id", svc.ID, "records", stale)
+	}
 	return Service{NIC: n.Name, ID: svc.ID}, nil
 }
 
