@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -109,8 +111,9 @@ func (s *Store) remove(ctx context.Context, r resource, name, rv string) error {
 	})
 }
 
-// listAll pages through every object of r.
-func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) error {
+// listAll pages through every object of r, adding to ls what each page
+// cost: the wait for the API server's answer and its decoding apart.
+func listAll[T any](ctx context.Context, s *Store, r resource, ls *listStats, add func(o *T)) error {
 	cont := ""
 	for {
 		var page objectList[T]
@@ -119,11 +122,15 @@ func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) e
 			if cont != "" {
 				req = req.Param("continue", cont)
 			}
+			t0 := time.Now()
 			raw, err := req.Do(ctx).Raw()
+			t1 := time.Now()
 			if err != nil {
 				return err
 			}
-			return decodeJSON(raw, &page)
+			err = decodeJSON(raw, &page)
+			ls.add(t1.Sub(t0), time.Since(t1), len(raw))
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("list %s: %w", r, err)
@@ -140,6 +147,25 @@ func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) e
 // listPage is the page size of lists: large pages keep a load of many
 // thousand leases to a few round trips.
 const listPage = 2000
+
+// listStats sums what the pages of a load's lists cost; the lists run in
+// parallel, so the sums can exceed the load's wall time.
+type listStats struct {
+	mu            sync.Mutex
+	pages, bytes  int
+	fetch, decode time.Duration
+	slowest       time.Duration
+}
+
+func (ls *listStats) add(fetch, decode time.Duration, n int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.pages++
+	ls.bytes += n
+	ls.fetch += fetch
+	ls.decode += decode
+	ls.slowest = max(ls.slowest, fetch)
+}
 
 func decodeJSON(raw []byte, into any) error {
 	if err := json.Unmarshal(raw, into); err != nil {

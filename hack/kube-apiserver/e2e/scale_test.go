@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controller/store"
+	"github.com/slingshot-k8s/slingshot/controller/store/kube"
+)
+
+var (
+	scaleNodes  = flag.Int("scale.nodes", 5000, "nodes whose slices (one pod-VNI slice and one IP slice each) the scale tests seed")
+	scaleLeases = flag.Int("scale.leases", 20000, "live VNI leases the scale tests seed")
+)
+
+// The pools of a seeded store: every node holds one slice of each. The
+// pod VNIs are the top of the range, a slice of scalePodSlice per node;
+// job VNIs come from below them.
+const scalePodSlice = 4
+
+func scalePodRange(nodes int) string {
+	return fmt.Sprintf("%d-65535", 65536-scalePodSlice*nodes)
+}
+
+// scaleFlags are a replica's flags for the pools of a seeded store.
+func scaleFlags(nodes int) []string {
+	return []string{"--pod-vni-range", scalePodRange(nodes), fmt.Sprintf("--pod-vni-slice-size=%d", scalePodSlice),
+		"--ip-pools", "hsn0=10.0.0.0/8:/24"}
+}
+
+// scaleLease is seeded lease i: a pod's VNI, held by one node.
+func scaleLease(i, nodes int) *store.Lease {
+	uid := fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+	return &store.Lease{Key: "pod/seed/" + uid, VNI: uint16(1024 + i), Scope: store.ScopePod,
+		Owner: store.Owner{APIVersion: "v1", Kind: "Pod", Namespace: "seed", Name: fmt.Sprintf("seed-%06d", i), UID: uid},
+		Nodes: []string{nodeName(i % nodes)}, Created: time.UnixMilli(1_700_000_000_000), Version: 1}
+}
+
+// seedStore writes nodes' slices and leases live leases into the store in
+// namespace ns, in batches of a thousand, as one writer would have.
+func seedStore(t *testing.T, ns string, nodes, leases int) {
+	t.Helper()
+	if 1024+leases >= 65536-scalePodSlice*nodes {
+		t.Fatalf("%d leases and %d nodes' pod VNI slices do not fit the VNI range", leases, nodes)
+	}
+	st := openKube(t, ns, "seed")
+	if _, err := st.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var ops []store.Op
+	flush := func() {
+		if err := st.Commit(t.Context(), ops); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+		ops = ops[:0]
+	}
+	exp := time.Now().Add(time.Hour)
+	for n := range nodes {
+		for _, pool := range []string{slices.PodVNIPool, "hsn0"} {
+			ops = append(ops, store.Put(&store.Slice{Pool: pool, Index: n, Node: nodeName(n), Expires: exp, Open: true, Version: 1}, 0))
+		}
+		if len(ops) >= 1000 {
+			flush()
+		}
+	}
+	for i := range leases {
+		ops = append(ops, store.Put(scaleLease(i, nodes), 0))
+		if len(ops) >= 1000 {
+			flush()
+		}
+	}
+	if len(ops) > 0 {
+		flush()
+	}
+}
+
+// TestStoreLoadAtScale seeds -scale.nodes nodes' slices and -scale.leases
+// leases and times a new leader's Load of them, with the store's own
+// breakdown (fence, list pages fetched and decoded, roll forward,
+// rebuild) in its log line.
+func TestStoreLoadAtScale(t *testing.T) {
+	nodes, leases := *scaleNodes, *scaleLeases
+	ns := newNamespace(t, "scale")
+	start := time.Now()
+	seedStore(t, ns, nodes, leases)
+	t.Logf("seeded %d slices and %d leases in %v", 2*nodes, leases, time.Since(start).Round(time.Millisecond))
+	for i := range 3 {
+		st, err := kube.New(srv.Config, kube.Options{Namespace: ns, Identity: fmt.Sprintf("load-%d", i),
+			Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		got, err := st.Load(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Slices) != 2*nodes || len(got.Leases) != leases {
+			t.Fatalf("loaded %d slices and %d leases, want %d and %d", len(got.Slices), len(got.Leases), 2*nodes, leases)
+		}
+		t.Logf("load %d: %v", i, time.Since(t0).Round(time.Millisecond))
+	}
+}
