@@ -49,7 +49,8 @@ func newRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 
 // listMeta is the part of a list's metadata the store reads.
 type listMeta struct {
-	Continue string `json:"continue,omitempty"`
+	Continue        string `json:"continue,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 type objectList[T any] struct {
@@ -96,25 +97,42 @@ func (s *Store) put(ctx context.Context, r resource, name string, obj any, creat
 	return out.Metadata.ResourceVersion, nil
 }
 
-// remove deletes r/name; rv, unless empty, is its precondition.
-func (s *Store) remove(ctx context.Context, r resource, name, rv string) error {
+// remove deletes r/name; rv, unless empty, is its precondition. It
+// returns the deletion's resourceVersion (the API server answers with the
+// object as deleted, at the revision of its delete event), or "" where
+// the answer holds none.
+func (s *Store) remove(ctx context.Context, r resource, name, rv string) (string, error) {
 	opts := metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}}
 	if rv != "" {
 		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
 	}
 	body, err := json.Marshal(opts)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return s.call(ctx, func(ctx context.Context) error {
-		return s.rc.Delete().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Body(body).Do(ctx).Error()
+	var out struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	err = s.call(ctx, func(ctx context.Context) error {
+		raw, err := s.rc.Delete().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Body(body).Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		// A body that is not an object (a Status) leaves the version unknown.
+		_ = json.Unmarshal(raw, &out)
+		return nil
 	})
+	return out.Metadata.ResourceVersion, err
 }
 
 // listAll pages through every object of r, adding to ls what each page
-// cost: the wait for the API server's answer and its decoding apart.
-func listAll[T any](ctx context.Context, s *Store, r resource, ls *listStats, add func(o *T)) error {
-	cont := ""
+// cost: the wait for the API server's answer and its decoding apart. It
+// returns the list's resourceVersion: every page of a list with continue
+// tokens is read at the first page's revision.
+func listAll[T any](ctx context.Context, s *Store, r resource, ls *listStats, add func(o *T)) (string, error) {
+	cont, rv := "", ""
 	for {
 		var page objectList[T]
 		err := s.call(ctx, func(ctx context.Context) error {
@@ -133,13 +151,16 @@ func listAll[T any](ctx context.Context, s *Store, r resource, ls *listStats, ad
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("list %s: %w", r, err)
+			return "", fmt.Errorf("list %s: %w", r, err)
 		}
 		for i := range page.Items {
 			add(&page.Items[i])
 		}
+		if rv == "" {
+			rv = page.Metadata.ResourceVersion
+		}
 		if cont = page.Metadata.Continue; cont == "" {
-			return nil
+			return rv, nil
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"testing"
 	"time"
 
@@ -79,29 +82,84 @@ func seedStore(t *testing.T, ns string, nodes, leases int) {
 }
 
 // TestStoreLoadAtScale seeds -scale.nodes nodes' slices and -scale.leases
-// leases and times a new leader's Load of them, with the store's own
-// breakdown (fence, list pages fetched and decoded, roll forward,
-// rebuild) in its log line.
+// leases and times a new leader's Load of them: cold (a full list, as
+// without a standby) and warm (a store that has followed the objects
+// since before the last writer's changes), each with the store's own
+// breakdown in its log line. The warm load must return exactly what a
+// cold load then returns; it prints the follower's heap.
 func TestStoreLoadAtScale(t *testing.T) {
 	nodes, leases := *scaleNodes, *scaleLeases
 	ns := newNamespace(t, "scale")
 	start := time.Now()
 	seedStore(t, ns, nodes, leases)
 	t.Logf("seeded %d slices and %d leases in %v", 2*nodes, leases, time.Since(start).Round(time.Millisecond))
-	for i := range 3 {
-		st, err := kube.New(srv.Config, kube.Options{Namespace: ns, Identity: fmt.Sprintf("load-%d", i),
-			Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	open := func(id string) *kube.Store {
+		st, err := kube.New(srv.Config, kube.Options{Namespace: ns, Identity: id, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return st
+	}
+	load := func(st *kube.Store) (*store.State, time.Duration) {
 		t0 := time.Now()
 		got, err := st.Load(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Slices) != 2*nodes || len(got.Leases) != leases {
-			t.Fatalf("loaded %d slices and %d leases, want %d and %d", len(got.Slices), len(got.Leases), 2*nodes, leases)
-		}
-		t.Logf("load %d: %v", i, time.Since(t0).Round(time.Millisecond))
+		return got, time.Since(t0)
 	}
+	_, cold := load(open("cold"))
+
+	// The standby follows from here on; its heap is what the copy costs.
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	standby := open("standby")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- standby.Follow(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	eventually(t, 2*time.Minute, "standby synced", func() (bool, string) { return standby.Synced(), "not synced" })
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+
+	// A leader's changes while the standby follows: slices renewed with
+	// new counts, leases freed and new ones made.
+	writer := open("writer")
+	state, _ := load(writer)
+	var ops []store.Op
+	for i, sl := range state.Slices[:500] {
+		next := sl
+		next.Allocated, next.Version = i+1, sl.Version+1
+		ops = append(ops, store.Put(&next, sl.Version))
+	}
+	for _, l := range state.Leases[:250] {
+		ops = append(ops, store.Delete(&l, l.Version))
+	}
+	for i := range 250 {
+		l := scaleLease(leases+i, nodes)
+		ops = append(ops, store.Put(l, 0))
+	}
+	if err := writer.Commit(t.Context(), ops); err != nil {
+		t.Fatal(err)
+	}
+
+	warmState, warm := load(standby)
+	coldState, _ := load(open("check"))
+	if !reflect.DeepEqual(warmState, coldState) {
+		t.Errorf("the standby's load differs from a list's: %d/%d leases, %d/%d slices, %d/%d quarantined",
+			len(warmState.Leases), len(coldState.Leases), len(warmState.Slices), len(coldState.Slices),
+			len(warmState.Quarantine), len(coldState.Quarantine))
+	}
+	if len(warmState.Leases) != leases || len(warmState.Slices) != 2*nodes {
+		t.Errorf("loaded %d leases and %d slices, want %d and %d", len(warmState.Leases), len(warmState.Slices), leases, 2*nodes)
+	}
+	t.Logf("load of %d slices and %d leases: cold (full list) %v, warm (standby) %v; standby heap %.1f MiB",
+		2*nodes, leases, cold.Round(time.Millisecond), warm.Round(time.Millisecond),
+		float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(1<<20))
 }
