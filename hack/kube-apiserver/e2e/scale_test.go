@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/controller/store/kube"
 )
@@ -20,20 +19,11 @@ var (
 	scaleLeases = flag.Int("scale.leases", 20000, "live VNI leases the scale tests seed")
 )
 
-// The pools of a seeded store: every node holds one slice of each. The
-// pod VNIs are the top of the range, a slice of scalePodSlice per node;
-// job VNIs come from below them.
-const scalePodSlice = 4
-
-func scalePodRange(nodes int) string {
-	return fmt.Sprintf("%d-65535", 65536-scalePodSlice*nodes)
-}
-
-// scaleFlags are a replica's flags for the pools of a seeded store.
-func scaleFlags(nodes int) []string {
-	return []string{"--pod-vni-range", scalePodRange(nodes), fmt.Sprintf("--pod-vni-slice-size=%d", scalePodSlice),
-		"--ip-pools", "hsn0=10.0.0.0/8:/24"}
-}
+// The pool of a seeded store: every node holds two slices of hsn0 (as
+// many objects as a pod-VNI slice and an IP slice each, without a pod VNI
+// range, which would turn the failover test's pod-scoped acquires into
+// node-local ones).
+func scaleFlags(int) []string { return []string{"--ip-pools", "hsn0=10.0.0.0/8:/24"} }
 
 // scaleLease is seeded lease i: a pod's VNI, held by one node.
 func scaleLease(i, nodes int) *store.Lease {
@@ -47,8 +37,8 @@ func scaleLease(i, nodes int) *store.Lease {
 // namespace ns, in batches of a thousand, as one writer would have.
 func seedStore(t *testing.T, ns string, nodes, leases int) {
 	t.Helper()
-	if 1024+leases >= 65536-scalePodSlice*nodes {
-		t.Fatalf("%d leases and %d nodes' pod VNI slices do not fit the VNI range", leases, nodes)
+	if 1024+leases > 60000 || 2*nodes > 65536 {
+		t.Fatalf("%d leases or %d nodes' slices do not fit the VNI range or the pool", leases, nodes)
 	}
 	st := openKube(t, ns, "seed")
 	if _, err := st.Load(t.Context()); err != nil {
@@ -63,8 +53,8 @@ func seedStore(t *testing.T, ns string, nodes, leases int) {
 	}
 	exp := time.Now().Add(time.Hour)
 	for n := range nodes {
-		for _, pool := range []string{slices.PodVNIPool, "hsn0"} {
-			ops = append(ops, store.Put(&store.Slice{Pool: pool, Index: n, Node: nodeName(n), Expires: exp, Open: true, Version: 1}, 0))
+		for i := range 2 {
+			ops = append(ops, store.Put(&store.Slice{Pool: "hsn0", Index: 2*n + i, Node: nodeName(n), Expires: exp, Open: true, Version: 1}, 0))
 		}
 		if len(ops) >= 1000 {
 			flush()
