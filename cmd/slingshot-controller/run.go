@@ -27,6 +27,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// follower is a store that can keep a copy of itself (kube.Store).
+type follower interface {
+	Follow(ctx context.Context) error
+}
+
 // errLeadershipLost ends the program when this replica stops leading
 // while it runs; its exit status is non-zero, so the kubelet restarts it.
 var errLeadershipLost = errors.New("leadership lost")
@@ -264,6 +269,11 @@ func (p *parts) run(ctx context.Context) error {
 	g.Go(func() error { return failed(gctx, "controller", p.runService(gctx, cancel)) })
 	if p.nodes != nil {
 		g.Go(func() error { return failed(gctx, "node watcher", p.nodes.Run(gctx)) })
+	}
+	// A replica that may lead keeps a copy of the kube store from its
+	// start (a warm standby), so that a takeover reads no full list.
+	if f, ok := p.st.(follower); ok && p.c.LeaderElect {
+		g.Go(func() error { return failed(gctx, "store follower", f.Follow(gctx)) })
 	}
 	g.Go(func() error { return failed(gctx, "grpc", p.gs.Serve(p.glis)) })
 	p.log.Info("serving grpc", "addr", p.glis.Addr().String())

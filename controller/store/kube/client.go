@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,7 +49,8 @@ func newRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 
 // listMeta is the part of a list's metadata the store reads.
 type listMeta struct {
-	Continue string `json:"continue,omitempty"`
+	Continue        string `json:"continue,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 type objectList[T any] struct {
@@ -94,24 +97,42 @@ func (s *Store) put(ctx context.Context, r resource, name string, obj any, creat
 	return out.Metadata.ResourceVersion, nil
 }
 
-// remove deletes r/name; rv, unless empty, is its precondition.
-func (s *Store) remove(ctx context.Context, r resource, name, rv string) error {
+// remove deletes r/name; rv, unless empty, is its precondition. It
+// returns the deletion's resourceVersion (the API server answers with the
+// object as deleted, at the revision of its delete event), or "" where
+// the answer holds none.
+func (s *Store) remove(ctx context.Context, r resource, name, rv string) (string, error) {
 	opts := metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}}
 	if rv != "" {
 		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
 	}
 	body, err := json.Marshal(opts)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return s.call(ctx, func(ctx context.Context) error {
-		return s.rc.Delete().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Body(body).Do(ctx).Error()
+	var out struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	err = s.call(ctx, func(ctx context.Context) error {
+		raw, err := s.rc.Delete().Namespace(s.opts.Namespace).Resource(string(r)).Name(name).Body(body).Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		// A body that is not an object (a Status) leaves the version unknown.
+		_ = json.Unmarshal(raw, &out)
+		return nil
 	})
+	return out.Metadata.ResourceVersion, err
 }
 
-// listAll pages through every object of r.
-func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) error {
-	cont := ""
+// listAll pages through every object of r, adding to ls what each page
+// cost: the wait for the API server's answer and its decoding apart. It
+// returns the list's resourceVersion: every page of a list with continue
+// tokens is read at the first page's revision.
+func listAll[T any](ctx context.Context, s *Store, r resource, ls *listStats, add func(o *T)) (string, error) {
+	cont, rv := "", ""
 	for {
 		var page objectList[T]
 		err := s.call(ctx, func(ctx context.Context) error {
@@ -119,20 +140,27 @@ func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) e
 			if cont != "" {
 				req = req.Param("continue", cont)
 			}
+			t0 := time.Now()
 			raw, err := req.Do(ctx).Raw()
+			t1 := time.Now()
 			if err != nil {
 				return err
 			}
-			return decodeJSON(raw, &page)
+			err = decodeJSON(raw, &page)
+			ls.add(t1.Sub(t0), time.Since(t1), len(raw))
+			return err
 		})
 		if err != nil {
-			return fmt.Errorf("list %s: %w", r, err)
+			return "", fmt.Errorf("list %s: %w", r, err)
 		}
 		for i := range page.Items {
 			add(&page.Items[i])
 		}
+		if rv == "" {
+			rv = page.Metadata.ResourceVersion
+		}
 		if cont = page.Metadata.Continue; cont == "" {
-			return nil
+			return rv, nil
 		}
 	}
 }
@@ -140,6 +168,25 @@ func listAll[T any](ctx context.Context, s *Store, r resource, add func(o *T)) e
 // listPage is the page size of lists: large pages keep a load of many
 // thousand leases to a few round trips.
 const listPage = 2000
+
+// listStats sums what the pages of a load's lists cost; the lists run in
+// parallel, so the sums can exceed the load's wall time.
+type listStats struct {
+	mu            sync.Mutex
+	pages, bytes  int
+	fetch, decode time.Duration
+	slowest       time.Duration
+}
+
+func (ls *listStats) add(fetch, decode time.Duration, n int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.pages++
+	ls.bytes += n
+	ls.fetch += fetch
+	ls.decode += decode
+	ls.slowest = max(ls.slowest, fetch)
+}
 
 func decodeJSON(raw []byte, into any) error {
 	if err := json.Unmarshal(raw, into); err != nil {

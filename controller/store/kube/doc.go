@@ -50,5 +50,29 @@
 // such a failure the store refuses further commits until it is loaded
 // again, which the controller does whenever a commit fails.
 //
+// # Standby
+//
+// A full list of the store at 5,000 nodes and 20,000 leases (30,000
+// objects, 33 MB of JSON) takes the API server 9-15 s on two shared cores,
+// nearly all of it serving the pages; decoding is under 1 s. So every
+// replica that may lead runs [Store.Follow]: it lists each record resource
+// once and watches it from the list's revision (about 37 MiB of heap at
+// that scale, managedFields dropped), relisting after a watch gap.
+//
+// A takeover then fences as before and reads the head, whose Applied
+// names, for each record resource, the revision of the newest write made
+// before the head's pending batch (each writer adds its writes'
+// revisions, deletes included, to the next head it writes). A watch
+// delivers one resource's events in revision order, so once the mirror of
+// a resource has reached that revision it holds every write of every
+// batch but the pending one. Load waits for that (at most
+// Options.CatchUp), reads the pending batch's objects afresh where the
+// mirror does not yet show them written, and rolls the batch forward as
+// before; a resource whose revision is unknown (an old head; a delete
+// made by a crashed writer and seen by nobody), or whose mirror does not
+// catch up in time, is listed instead. The result is what a list after
+// the fence would return. Fencing is unchanged: it is the head's
+// compare-and-swap, not timing, that stops a deposed writer.
+//
 // A Store is safe for concurrent use; commits are serialized.
 package kube

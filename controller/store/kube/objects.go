@@ -153,6 +153,13 @@ type journalSpec struct {
 	Parts        []string `json:"parts,omitempty"`
 	// Part is set in part objects only.
 	Part string `json:"part,omitempty"`
+	// Applied is, by resource, the resourceVersion of the newest write
+	// to it that the store's writers know of, every batch before this
+	// head's pending one included: a follower whose watch of the resource
+	// has reached it holds every write of those batches (package doc,
+	// "Standby"). A resource missing here is unknown and is listed at a
+	// takeover.
+	Applied map[string]string `json:"applied,omitempty"`
 }
 
 type metaValue struct {

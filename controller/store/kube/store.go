@@ -3,9 +3,11 @@ package kube
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +52,10 @@ type Options struct {
 	// SliceRange, if set, renders a slice's range for spec.range (shown
 	// by kubectl); it does not affect the store's behaviour.
 	SliceRange func(pool string, index int) string
+	// CatchUp bounds how long a Load waits for the follower (Follow) to
+	// reach the revisions the head names before it lists instead; default
+	// 2 s.
+	CatchUp time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -76,6 +82,9 @@ type Store struct {
 	head     journalSpec
 	entries  map[string]entry
 	vnis     map[uint16]string
+
+	// mirror is Follow's copy of the objects; it has its own lock.
+	mirror *mirror
 }
 
 var _ store.Store = (*Store)(nil)
@@ -96,6 +105,9 @@ func New(cfg *rest.Config, opts Options) (*Store, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
+	if opts.CatchUp <= 0 {
+		opts.CatchUp = 2 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -109,7 +121,7 @@ func New(cfg *rest.Config, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{rc: rc, opts: opts, log: opts.Logger}, nil
+	return &Store{rc: rc, opts: opts, log: opts.Logger, mirror: newMirror()}, nil
 }
 
 // Close marks the store closed; it holds no connection of its own.
@@ -153,15 +165,29 @@ type listing struct {
 
 func (s *Store) loadLocked(ctx context.Context) (*store.State, error) {
 	s.loaded = false
+	t0 := time.Now()
 	prev, err := s.fence(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.list(ctx)
+	t1 := time.Now()
+	var ls listStats
+	l, at, err := s.snapshot(ctx, prev, &ls)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.rollForward(ctx, prev, l); err != nil {
+	mirrored := slices.Sorted(maps.Keys(at))
+	t2 := time.Now()
+	ops, err := s.pendingOps(prev, l)
+	if err != nil {
+		return nil, err
+	}
+	read, err := s.refresh(ctx, prev.Batch, ops, l, at)
+	if err != nil {
+		return nil, err
+	}
+	s.notePending(ops, l, at, read)
+	if err := s.rollForward(ctx, prev.Batch, ops, l); err != nil {
 		return nil, err
 	}
 	if s.head.PendingCount > 0 {
@@ -170,12 +196,161 @@ func (s *Store) loadLocked(ctx context.Context) (*store.State, error) {
 		}
 	}
 	s.collectParts(ctx, l)
+	t3 := time.Now()
 	st, err := s.rebuild(l)
 	if err != nil {
 		return nil, err
 	}
 	s.loaded, s.poisoned = true, nil
+	// Where a load's time goes, for whoever tunes failover.
+	s.log.Info("store loaded", "took", time.Since(t0), "fence", t1.Sub(t0), "snapshot", t2.Sub(t1), "mirrored", mirrored,
+		"list_pages", ls.pages, "list_bytes", ls.bytes, "list_fetch_sum", ls.fetch, "list_fetch_slowest", ls.slowest,
+		"list_decode_sum", ls.decode, "roll_forward", t3.Sub(t2), "rebuild", time.Since(t3),
+		"leases", len(st.Leases), "slices", len(st.Slices), "quarantined", len(st.Quarantine))
 	return st, nil
+}
+
+// snapshot returns every object of the store after the fence: each record
+// resource from the mirror where Follow's watch of it has reached the
+// revision prev names for it, else listed; the journal always listed (a
+// few objects). It returns the resources taken from the mirror, with the
+// mirror's revision of each.
+//
+// The mirror of a resource at revision rv holds every write to it up to
+// rv (a watch delivers one resource's events in order). prev.Applied
+// names a revision at or after every write of the batches before prev's
+// pending one, and no writer starts another batch once the head is
+// fenced: so the snapshot holds every committed batch but the last,
+// which pendingOps and refresh read afresh. Writes after the fence are
+// the fenced writer's last batch, as with a list.
+func (s *Store) snapshot(ctx context.Context, prev journalSpec, ls *listStats) (*listing, map[resource]uint64, error) {
+	want := map[resource]uint64{}
+	for _, r := range followed {
+		if rv, err := strconv.ParseUint(prev.Applied[string(r)], 10, 64); err == nil && rv > 0 {
+			want[r] = rv
+		}
+	}
+	have, at := s.mirror.catchUp(ctx, want, s.opts.CatchUp)
+	l := &listing{leases: map[string]*leaseObject{}, slices: map[string]*sliceObject{},
+		quarantines: map[string]*quarantineObject{}, journals: map[string]*journalObject{}}
+	for r, objs := range have {
+		for name, o := range objs {
+			l.set(r, name, o)
+		}
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	if have[resLease] == nil {
+		g.Go(func() error {
+			_, err := listAll(gctx, s, resLease, ls, func(o *leaseObject) { mu.Lock(); l.leases[o.Name] = o; mu.Unlock() })
+			return err
+		})
+	}
+	if have[resSlice] == nil {
+		g.Go(func() error {
+			_, err := listAll(gctx, s, resSlice, ls, func(o *sliceObject) { mu.Lock(); l.slices[o.Name] = o; mu.Unlock() })
+			return err
+		})
+	}
+	if have[resQuarantine] == nil {
+		g.Go(func() error {
+			_, err := listAll(gctx, s, resQuarantine, ls, func(o *quarantineObject) { mu.Lock(); l.quarantines[o.Name] = o; mu.Unlock() })
+			return err
+		})
+	}
+	g.Go(func() error {
+		_, err := listAll(gctx, s, resJournal, ls, func(o *journalObject) { mu.Lock(); l.journals[o.Name] = o; mu.Unlock() })
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return l, at, nil
+}
+
+// refresh reads afresh, into l, the objects that batch id's ops write and
+// that l took from the mirror (at names those resources) without showing
+// the op done: the head names no revision for the last batch, so the
+// mirror may not have its writes yet. A put is done where the object
+// carries the batch; a delete where the mirror lacks the object, which it
+// held before the batch (its creation is older than the revision waited
+// for).
+// It returns the ops whose object it read.
+func (s *Store) refresh(ctx context.Context, id string, ops []walOp, l *listing, at map[resource]uint64) (map[int]bool, error) {
+	read := map[int]bool{}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.opts.Parallel)
+	for i, op := range ops {
+		if _, ok := at[op.Res]; !ok {
+			continue
+		}
+		cur, _, batch := l.current(op.Res, op.Name)
+		if rec := op.record(); (rec == nil && cur == 0) || (rec != nil && cur != 0 && batch == id) {
+			continue
+		}
+		read[i] = true
+		g.Go(func() error {
+			var raw json.RawMessage
+			err := s.get(gctx, op.Res, op.Name, &raw)
+			var obj any
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return fmt.Errorf("read %s %s: %w", op.Res, op.Name, err)
+			default:
+				if obj, _, err = decodeObject(op.Res, raw); err != nil {
+					return fmt.Errorf("read %s %s: %w", op.Res, op.Name, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			l.set(op.Res, op.Name, obj)
+			return nil
+		})
+	}
+	return read, g.Wait()
+}
+
+// notePending takes into s.head.Applied what the last batch wrote before
+// this load, as l shows it: its writer never recorded it, having been
+// fenced or crashed. A delete it made left no revision behind: where the
+// mirror (at) saw it (the op's object was not read afresh), the mirror's
+// revision covers it; else its resource becomes unknown until this writer
+// next writes it.
+func (s *Store) notePending(ops []walOp, l *listing, at map[resource]uint64, read map[int]bool) {
+	for i, op := range ops {
+		_, rv, _ := l.current(op.Res, op.Name)
+		switch {
+		case rv != "":
+			s.noteApplied(op.Res, rv)
+		case op.From == 0:
+		case at[op.Res] != 0 && !read[i]:
+			s.noteApplied(op.Res, strconv.FormatUint(at[op.Res], 10))
+		default:
+			s.head.Applied = maps.Clone(s.head.Applied)
+			delete(s.head.Applied, string(op.Res))
+		}
+	}
+}
+
+// noteApplied raises s.head.Applied[r] to rv, the revision of a write to
+// r; the next head write carries it. An empty or unparsable rv makes r
+// unknown.
+func (s *Store) noteApplied(r resource, rv string) {
+	a := maps.Clone(s.head.Applied)
+	if a == nil {
+		a = map[string]string{}
+	}
+	n, err := strconv.ParseUint(rv, 10, 64)
+	cur, cerr := strconv.ParseUint(a[string(r)], 10, 64)
+	switch {
+	case err != nil || n == 0:
+		delete(a, string(r))
+	case cerr != nil || n > cur:
+		a[string(r)] = rv
+	}
+	s.head.Applied = a
 }
 
 // fence bumps the head's epoch compare-and-swap and returns the head as
@@ -218,21 +393,25 @@ func (s *Store) fence(ctx context.Context) (journalSpec, error) {
 	return prev, nil
 }
 
-func (s *Store) list(ctx context.Context) (*listing, error) {
+func (s *Store) list(ctx context.Context, ls *listStats) (*listing, error) {
 	l := &listing{leases: map[string]*leaseObject{}, slices: map[string]*sliceObject{},
 		quarantines: map[string]*quarantineObject{}, journals: map[string]*journalObject{}}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return listAll(gctx, s, resLease, func(o *leaseObject) { l.leases[o.Name] = o })
+		_, err := listAll(gctx, s, resLease, ls, func(o *leaseObject) { l.leases[o.Name] = o })
+		return err
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, resSlice, func(o *sliceObject) { l.slices[o.Name] = o })
+		_, err := listAll(gctx, s, resSlice, ls, func(o *sliceObject) { l.slices[o.Name] = o })
+		return err
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, resQuarantine, func(o *quarantineObject) { l.quarantines[o.Name] = o })
+		_, err := listAll(gctx, s, resQuarantine, ls, func(o *quarantineObject) { l.quarantines[o.Name] = o })
+		return err
 	})
 	g.Go(func() error {
-		return listAll(gctx, s, resJournal, func(o *journalObject) { l.journals[o.Name] = o })
+		_, err := listAll(gctx, s, resJournal, ls, func(o *journalObject) { l.journals[o.Name] = o })
+		return err
 	})
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -288,10 +467,11 @@ func (l *listing) set(r resource, name string, obj any) {
 
 func batchID(epoch, seq uint64) string { return fmt.Sprintf("%d.%d", epoch, seq) }
 
-// rollForward applies what prev's batch did not yet write.
-func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) error {
+// pendingOps returns the writes of prev's pending batch: the last batch
+// any writer may have started; none where it was applied in full.
+func (s *Store) pendingOps(prev journalSpec, l *listing) ([]walOp, error) {
 	if prev.PendingCount == 0 {
-		return nil
+		return nil, nil
 	}
 	chunks := []string{prev.Pending}
 	for _, p := range prev.Parts {
@@ -299,7 +479,7 @@ func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) e
 		if part == nil {
 			// Parts are deleted only after their batch was applied in full.
 			s.log.Info("journal part gone; its batch was applied", "part", p)
-			return nil
+			return nil, nil
 		}
 		chunks = append(chunks, part.Spec.Part)
 	}
@@ -310,11 +490,18 @@ func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) e
 		}
 		o, err := DecodeWAL(c)
 		if err != nil {
-			return fmt.Errorf("head %s: %w", s.opts.Name, err)
+			return nil, fmt.Errorf("head %s: %w", s.opts.Name, err)
 		}
 		ops = append(ops, o...)
 	}
-	id := prev.Batch
+	return ops, nil
+}
+
+// rollForward applies what batch id's ops did not yet write.
+func (s *Store) rollForward(ctx context.Context, id string, ops []walOp, l *listing) error {
+	if len(ops) == 0 {
+		return nil
+	}
 	var todo []write
 	var done, skipped int
 	for _, op := range ops {
@@ -342,12 +529,13 @@ func (s *Store) rollForward(ctx context.Context, prev journalSpec, l *listing) e
 	g.SetLimit(s.opts.Parallel)
 	for _, w := range todo {
 		g.Go(func() error {
-			obj, err := s.apply(gctx, w, id)
+			obj, rv, err := s.apply(gctx, w, id)
 			if err != nil {
 				return fmt.Errorf("roll forward batch %s: %s %s: %w", id, w.res, w.name, err)
 			}
 			mu.Lock()
 			l.set(w.res, w.name, obj)
+			s.noteApplied(w.res, rv)
 			mu.Unlock()
 			return nil
 		})
@@ -385,7 +573,7 @@ func (s *Store) collectParts(ctx context.Context, l *listing) {
 		if name == s.opts.Name || !strings.HasPrefix(name, s.opts.Name+"-part-") || slices.Contains(s.head.Parts, name) {
 			continue
 		}
-		if err := s.remove(ctx, resJournal, name, j.ResourceVersion); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := s.remove(ctx, resJournal, name, j.ResourceVersion); err != nil && !apierrors.IsNotFound(err) {
 			s.log.Warn("delete journal part", "part", name, "err", err)
 		}
 		delete(l.journals, name)
@@ -393,16 +581,17 @@ func (s *Store) collectParts(ctx context.Context, l *listing) {
 }
 
 // apply performs one write with its resourceVersion precondition and
-// returns the object written (nil for a delete).
-func (s *Store) apply(ctx context.Context, w write, batch string) (any, error) {
+// returns the object written (nil for a delete) and the write's revision.
+func (s *Store) apply(ctx context.Context, w write, batch string) (any, string, error) {
 	var obj any
 	var meta *metav1.ObjectMeta
 	switch r := w.rec.(type) {
 	case nil:
-		if err := s.remove(ctx, w.res, w.name, w.fromRV); err != nil {
-			return nil, err
+		rv, err := s.remove(ctx, w.res, w.name, w.fromRV)
+		if err != nil {
+			return nil, "", err
 		}
-		return nil, nil
+		return nil, rv, nil
 	case *store.Lease:
 		o := s.leaseObject(r, w.name, r.Version, w.fromRV)
 		obj, meta = o, &o.ObjectMeta
@@ -416,10 +605,10 @@ func (s *Store) apply(ctx context.Context, w write, batch string) (any, error) {
 	meta.Annotations[AnnotationBatch] = batch
 	rv, err := s.put(ctx, w.res, w.name, obj, w.from == 0)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	meta.ResourceVersion = rv
-	return obj, nil
+	return obj, rv, nil
 }
 
 // rebuild turns the listing into the state and the cache.
@@ -541,7 +730,7 @@ func (s *Store) commitPlan(ctx context.Context, p plan) error {
 		return err
 	}
 	for _, name := range next.Parts {
-		if err := s.remove(ctx, resJournal, name, ""); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := s.remove(ctx, resJournal, name, ""); err != nil && !apierrors.IsNotFound(err) {
 			s.log.Warn("delete journal part", "part", name, "err", err)
 		}
 	}
@@ -602,16 +791,14 @@ func (s *Store) applyWrites(ctx context.Context, writes []write, id string) ([]s
 	g.SetLimit(s.opts.Parallel)
 	for i, w := range writes {
 		g.Go(func() error {
-			obj, err := s.apply(gctx, w, id)
+			_, rv, err := s.apply(gctx, w, id)
 			if err != nil {
 				if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || (w.from != 0 && apierrors.IsNotFound(err)) {
 					err = fmt.Errorf("%w: %w", store.ErrConflict, err)
 				}
 				return fmt.Errorf("%s %s: %w", w.res, w.name, err)
 			}
-			if obj != nil {
-				rvs[i] = metaOf(obj).ResourceVersion
-			}
+			rvs[i] = rv
 			return nil
 		})
 	}
@@ -621,9 +808,11 @@ func (s *Store) applyWrites(ctx context.Context, writes []write, id string) ([]s
 	return rvs, nil
 }
 
-// cacheWrites records applied writes in the cache.
+// cacheWrites records applied writes in the cache, and their revisions in
+// the head's Applied for the next head write.
 func (s *Store) cacheWrites(writes []write, rvs []string) {
 	for i, w := range writes {
+		s.noteApplied(w.res, rvs[i])
 		if old, ok := s.entries[w.key]; ok && old.vni != 0 && s.vnis[old.vni] == w.key {
 			delete(s.vnis, old.vni)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -40,6 +41,8 @@ type replica struct {
 	// http receives the address of each HTTP server the replica serves
 	// (its "serving http" log lines: hooks, then metrics).
 	http chan string
+	// loads receives the replica's "store loaded" log lines.
+	loads chan string
 }
 
 // startReplica runs slingshot-controller --store kube --leader-elect as
@@ -59,7 +62,7 @@ func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, cmd: cmd, exited: make(chan error, 1), http: make(chan string, 2)}
+	r := &replica{id: id, cmd: cmd, exited: make(chan error, 1), http: make(chan string, 2), loads: make(chan string, 16)}
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -78,6 +81,11 @@ func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra
 			case "serving http":
 				select {
 				case r.http <- line.Addr:
+				default:
+				}
+			case "store loaded":
+				select {
+				case r.loads <- string(sc.Bytes()):
 				default:
 				}
 			}
@@ -146,9 +154,21 @@ func createPods(t *testing.T, ns string, n int) ([]string, []string) {
 // the next leader with SIGTERM.
 // Every acknowledged lease must be in the store afterwards with the VNI
 // its client was told, and no VNI may be leased twice.
+//
+// With -failover.scale the store first holds -scale.nodes nodes' slices
+// and -scale.leases leases (seedStore), every one of which must survive
+// too, and the replicas follow it as warm standbys; it prints the
+// failover times and the new leaders' loads in one line.
 func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	ns := newNamespace(t, "failover")
 	podNS := newNamespace(t, "storm")
+	var seeded []string
+	if *failoverScale {
+		start := time.Now()
+		seedStore(t, ns, *scaleNodes, *scaleLeases)
+		t.Logf("seeded %d nodes' slices and %d leases in %v", *scaleNodes, *scaleLeases, time.Since(start).Round(time.Millisecond))
+		seeded = scaleFlags(*scaleNodes)
+	}
 	start := time.Now()
 	pods, uids := createPods(t, podNS, 3600)
 	t.Logf("created %d pods in %v", len(pods), time.Since(start).Round(time.Millisecond))
@@ -166,8 +186,9 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	t.Logf("replica logs: %s", logs.Name())
 	kc := writeKubeconfig(t)
 	// Every acquire is for a bare pod of one namespace, so a lease each.
-	nocap := "--max-leases-per-namespace=0"
-	replicas := []*replica{startReplica(t, ns, "r0", kc, logw, nocap), startReplica(t, ns, "r1", kc, logw, nocap), startReplica(t, ns, "r2", kc, logw, nocap)}
+	flags := append([]string{"--max-leases-per-namespace=0"}, seeded...)
+	replicas := []*replica{startReplica(t, ns, "r0", kc, logw, flags...), startReplica(t, ns, "r1", kc, logw, flags...),
+		startReplica(t, ns, "r2", kc, logw, flags...)}
 	var (
 		mu       sync.Mutex
 		acked    = map[string]uint32{} // lease key -> vni
@@ -287,6 +308,7 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	}
 	crashFailover := firstAckFrom(first, time.Minute)
 	second := leaderID.Load().(string)
+	crashLoad := lastLoad(byID(second))
 	t.Logf("SIGKILL of leader %s after %d acks: %s answered %v later", first, before, second, crashFailover.Round(time.Millisecond))
 	waitAcks(count()+1000, 3*time.Minute)
 	before = count()
@@ -295,6 +317,7 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 	}
 	cleanFailover := firstAckFrom(second, time.Minute)
 	third := leaderID.Load().(string)
+	cleanLoad := lastLoad(byID(third))
 	t.Logf("SIGTERM of leader %s after %d acks: %s answered %v later", second, before, third, cleanFailover.Round(time.Millisecond))
 	waitAcks(count()+1000, 3*time.Minute)
 	cancel()
@@ -338,12 +361,55 @@ func TestFailoverLosesAndDuplicatesNoLease(t *testing.T) {
 			}
 		}
 	}
+	if *failoverScale {
+		for i := range *scaleLeases {
+			want := scaleLease(i, *scaleNodes)
+			if got, ok := stored[want.Key]; !ok || got != uint32(want.VNI) {
+				lost++
+				if lost <= 10 {
+					t.Errorf("seeded lease %s (vni %d) stored as %d (present %v)", want.Key, want.VNI, got, ok)
+				}
+			}
+		}
+	}
 	t.Logf("%d leases acknowledged (%v by replica), %d stored, %d lost", len(acked), ackedBy, len(stored), lost)
+	t.Logf("failover: %d nodes' slices, %d leases in the store: SIGKILL %v (new leader's load: %s), SIGTERM %v (load: %s)",
+		*scaleNodes*boolInt(*failoverScale), len(stored), crashFailover.Round(time.Millisecond), crashLoad,
+		cleanFailover.Round(time.Millisecond), cleanLoad)
 	if lost > 0 {
 		t.Errorf("%d acknowledged leases lost", lost)
 	}
 	if len(ackedBy) < 3 {
 		t.Errorf("acks came from %v, want all three replicas in turn", ackedBy)
+	}
+}
+
+var failoverScale = flag.Bool("failover.scale", false, "seed the store with -scale.nodes nodes' slices and -scale.leases leases first")
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// lastLoad returns the took and mirrored fields of the newest "store
+// loaded" line r logged, or "?" when it logged none.
+func lastLoad(r *replica) string {
+	out := "?"
+	for {
+		select {
+		case line := <-r.loads:
+			var l struct {
+				Took     int64    `json:"took"`
+				Mirrored []string `json:"mirrored"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil {
+				out = fmt.Sprintf("%v, from the mirror: %v", time.Duration(l.Took).Round(time.Millisecond), l.Mirrored)
+			}
+		default:
+			return out
+		}
 	}
 }
 
