@@ -22,6 +22,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +38,8 @@ var (
 	gangJobPods = flag.Int("gang.job-pods", 64, "pods of each job of the second scenario")
 	gangDriver  = flag.Bool("gang.driver", true, "bind a CXI service per pod on the simulated driver after the lease")
 	gangStrict  = flag.Bool("gang.strict-calls", false, "fail when a node calls the controller more than once for one job")
+	gangTries   = flag.Int("gang.attempts", 0, "attempts of each controller call (0: the agent's default, 6 over about 3 s of backoff); more stand for the kubelet retrying a failed container start")
+	gangPerJob  = flag.Bool("gang.per-job", false, "experiment: each node asks the controller once per job, as an agent that knew a pod's owner could (a bench-side cache by the Job's UID in front of engine.Leases)")
 )
 
 // simNode is one simulated node: the agent's lease path (its controller
@@ -49,6 +52,32 @@ type simNode struct {
 	reg    *prometheus.Registry // the client's slingshot_agent_* metrics
 	dev    *sim.Device
 	nic    *cxi.Client
+	owners *ownerCache // -gang.per-job only
+
+	// inUse counts the node's pods by the VNI they run on: what the
+	// agent's checkpoint records, reported on every heartbeat (see
+	// controllerclient.Options.InUseVNIs).
+	mu    sync.Mutex
+	inUse map[uint16]int
+}
+
+// use counts one more (d=1) or one fewer (d=-1) pod on vni.
+func (n *simNode) use(vni uint16, d int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.inUse[vni] += d; n.inUse[vni] <= 0 {
+		delete(n.inUse, vni)
+	}
+}
+
+func (n *simNode) inUseVNIs(context.Context) ([]uint16, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]uint16, 0, len(n.inUse))
+	for v := range n.inUse {
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // agentCalls returns how many calls of method the node's client has made
@@ -81,7 +110,19 @@ type cluster struct {
 	storeNS  string
 	nodes    []*simNode
 	answered map[string]uint16 // lease key "job/NS/UID" -> the VNI its pods got
+	// failedOn names, by lease key, the nodes where a pod's acquire
+	// failed: the controller may have recorded the node's hold before the
+	// answer was lost, and only the hold grace (--hold-grace) drops it.
+	failedOn map[string]map[string]bool
 	iter     int
+	// owner maps "namespace/pod" to its Job's UID, for -gang.per-job.
+	owner sync.Map
+}
+
+func (c *cluster) ownerOf(p controllerclient.PodRef) string {
+	v, _ := c.owner.Load(p.Namespace + "/" + p.Name)
+	s, _ := v.(string)
+	return s
 }
 
 // podResult is one pod's path from admission.
@@ -135,7 +176,7 @@ func BenchmarkGang(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := &cluster{kube: cs, storeNS: "gang-store", answered: map[string]uint16{}}
+	c := &cluster{kube: cs, storeNS: "gang-store", answered: map[string]uint16{}, failedOn: map[string]map[string]bool{}}
 	ensureNamespace(b, cs, c.storeNS)
 	nodes := *gangNodes
 	if nodes < 1 || *gangPods < nodes || *gangJobs**gangJobPods < nodes {
@@ -195,12 +236,22 @@ func BenchmarkGang(b *testing.B) {
 		}
 	}()
 	for i := range nodes {
-		n := &simNode{name: nodeName(i), reg: prometheus.NewRegistry()}
-		n.client, err = controllerclient.Dial(ctl.grpc, controllerclient.Options{Node: n.name, Registerer: n.reg})
+		n := &simNode{name: nodeName(i), reg: prometheus.NewRegistry(), inUse: map[uint16]int{}}
+		opts := controllerclient.Options{Node: n.name, Registerer: n.reg, InUseVNIs: n.inUseVNIs}
+		if *gangTries > 0 {
+			// The agent's policy (controllerclient's default), longer.
+			opts.Retry = backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Factor: 2, Jitter: 0.2, Attempts: *gangTries}
+		}
+		n.client, err = controllerclient.Dial(ctl.grpc, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
-		n.leases = engine.NewLeases(n.client)
+		n.owners = &ownerCache{leaser: n.client, ownerOf: c.ownerOf, leases: map[string]*cachedLease{}}
+		if *gangPerJob {
+			n.leases = engine.NewLeases(n.owners)
+		} else {
+			n.leases = engine.NewLeases(n.client)
+		}
 		if n.dev, err = sim.Open(filepath.Join(stateDir, n.name), "cxi0", sim.Options{NoSync: true}); err != nil {
 			n.client.Close()
 			b.Fatal(err)
@@ -251,8 +302,13 @@ func BenchmarkGang(b *testing.B) {
 		}
 		byVNI[l.VNI] = l.Key
 		stored[l.Key] = l.VNI
-		if _, ours := c.answered[l.Key]; ours && len(l.Nodes) != 0 {
-			b.Errorf("lease %s still held by %d nodes after every pod released it (%v...)", l.Key, len(l.Nodes), l.Nodes[0])
+		if _, ours := c.answered[l.Key]; !ours {
+			continue
+		}
+		for _, node := range l.Nodes {
+			if !c.failedOn[l.Key][node] {
+				b.Errorf("lease %s still held by %s after every pod there released it", l.Key, node)
+			}
 		}
 	}
 	for key, vni := range c.answered {
@@ -324,11 +380,17 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 	// earlier scenario's job (they are all still live).
 	vniOf := make([]uint16, len(jobs))
 	var failed int
+	var firstErr error
 	for i, r := range res {
 		if r.err != nil {
-			if failed++; failed <= 3 {
-				b.Errorf("pod %s: %v", pods[i].Name, r.err)
+			if failed++; failed == 1 {
+				firstErr = fmt.Errorf("pod %s: %w", pods[i].Name, r.err)
 			}
+			key := "job/" + ns + "/" + jobUIDs[r.job]
+			if c.failedOn[key] == nil {
+				c.failedOn[key] = map[string]bool{}
+			}
+			c.failedOn[key][c.nodes[r.node].name] = true
 			continue
 		}
 		switch v := vniOf[r.job]; {
@@ -340,10 +402,10 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 			b.Errorf("job %d: pod %s got VNI %d, another pod %d", r.job, pods[i].Name, r.lease.VNI, v)
 		}
 	}
-	if failed > 0 {
-		b.Fatalf("%d of %d pods failed", failed, len(pods))
-	}
 	for j, v := range vniOf {
+		if v == 0 {
+			continue // every pod of the job failed
+		}
 		key := "job/" + ns + "/" + jobUIDs[j]
 		for k, w := range c.answered {
 			if w == v {
@@ -357,6 +419,9 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 	relBefore := c.read(b)
 	relAgentBefore := c.agentCalls(b, "ReleaseJobVNI")
 	if err := forAll(ctx, len(pods), len(pods), func(ctx context.Context, i int) error {
+		if res[i].err != nil {
+			return nil // never leased
+		}
 		n := c.nodes[res[i].node]
 		if *gangDriver {
 			if err := n.nic.Destroy(ctx, res[i].svc); err != nil {
@@ -366,6 +431,7 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 		if err := n.leases.Release(ctx, holder(pods[i]), res[i].lease); err != nil {
 			return fmt.Errorf("pod %s: %w", pods[i].Name, err)
 		}
+		n.use(res[i].lease.VNI, -1)
 		return nil
 	}); err != nil {
 		b.Fatal(err)
@@ -400,12 +466,16 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 	mean /= perNodeJob
 	var leased, bound []time.Duration
 	for _, r := range res {
+		if r.err != nil {
+			continue
+		}
 		leased = append(leased, r.leased)
 		bound = append(bound, r.bound)
 	}
 	name := fmt.Sprintf("%d pods, %d jobs, %d nodes", len(pods), len(jobs), len(c.nodes))
-	b.Logf("gang %s: admission to VNI leased p50 %v p99 %v max %v; to service bound p50 %v p99 %v max %v (driver %v); all bound in %v",
-		name, pct(leased, 50), pct(leased, 99), pct(leased, 100), pct(bound, 50), pct(bound, 99), pct(bound, 100), *gangDriver, all.Round(time.Millisecond))
+	b.Logf("gang %s: admission to VNI leased p50 %v p99 %v max %v; to service bound p50 %v p99 %v max %v (driver %v); all done in %v; %d pods failed (attempts %d, per-job %v)",
+		name, pct(leased, 50), pct(leased, 99), pct(leased, 100), pct(bound, 50), pct(bound, 99), pct(bound, 100), *gangDriver, all.Round(time.Millisecond),
+		failed, *gangTries, *gangPerJob)
 	b.Logf("gang %s: controller calls per node per job: AcquireJobVNI %.2f (max %.0f; %d of %d nodes over 1), ReleaseJobVNI %.2f; the controller received %.2f acquires, %.2f releases per node per job, %.0f heartbeats",
 		name, mean, worst, over, len(c.nodes), (sum(relAgentAfter)-sum(relAgentBefore))/perNodeJob,
 		(after.ctlAcquires-before.ctlAcquires)/perNodeJob, (relAfter.ctlReleases-relBefore.ctlReleases)/perNodeJob, after.ctlRenews-before.ctlRenews)
@@ -421,6 +491,9 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 	b.ReportMetric(float64(pct(bound, 99).Microseconds())/1000, "p99-bound-ms")
 	b.ReportMetric(mean, "calls/node-job")
 	b.ReportMetric(float64(cpu("controller").Milliseconds()), "controller-cpu-ms")
+	if failed > 0 {
+		b.Errorf("%d of %d pods got no VNI within the client's retry budget; the first: %v", failed, len(pods), firstErr)
+	}
 	if worst > 1 {
 		msg := fmt.Sprintf("a node called AcquireJobVNI %.0f times for one job (want at most once): engine.Leases learns a pod's lease key only from the controller's answer, so every pod asks", worst)
 		if *gangStrict {
@@ -429,6 +502,68 @@ func (c *cluster) once(b *testing.B, jobs []int) {
 			b.Log("gang: requirement not met: " + msg)
 		}
 	}
+}
+
+// ownerCache is the -gang.per-job experiment: a Leaser that asks the
+// controller once per job (by the pod's Job UID, which the agent does not
+// know today) and answers the job's other pods on the node from the
+// first answer. engine.Leases still counts every pod as a holder and
+// releases the node's hold with the last; a release drops the entry, so
+// that the next acquire asks again.
+type ownerCache struct {
+	leaser  engine.Leaser
+	ownerOf func(controllerclient.PodRef) string
+	mu      sync.Mutex
+	leases  map[string]*cachedLease // by Job UID
+}
+
+// cachedLease is one job's acquire: done closes once lease and err are set.
+type cachedLease struct {
+	done  chan struct{}
+	lease controllerclient.Lease
+	err   error
+}
+
+func (o *ownerCache) AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error) {
+	owner := o.ownerOf(pod)
+	o.mu.Lock()
+	e, ok := o.leases[owner]
+	if !ok {
+		e = &cachedLease{done: make(chan struct{})}
+		o.leases[owner] = e
+	}
+	o.mu.Unlock()
+	if !ok {
+		e.lease, e.err = o.leaser.AcquireJobVNI(ctx, pod)
+		if e.err != nil {
+			o.mu.Lock()
+			delete(o.leases, owner) // the next pod asks again
+			o.mu.Unlock()
+		}
+		close(e.done)
+		return e.lease, e.err
+	}
+	select {
+	case <-e.done:
+		return e.lease, e.err
+	case <-ctx.Done():
+		return controllerclient.Lease{}, fmt.Errorf("wait for the job's lease: %w", ctx.Err())
+	}
+}
+
+func (o *ownerCache) ReleaseJobVNI(ctx context.Context, l controllerclient.Lease) error {
+	o.mu.Lock()
+	for owner, e := range o.leases {
+		select {
+		case <-e.done:
+			if e.err == nil && e.lease.Key == l.Key {
+				delete(o.leases, owner)
+			}
+		default:
+		}
+	}
+	o.mu.Unlock()
+	return o.leaser.ReleaseJobVNI(ctx, l)
 }
 
 // admit runs one pod's path on its node: the lease, then the service.
@@ -440,6 +575,7 @@ func (c *cluster) admit(ctx context.Context, t0 time.Time, r *podResult, p *core
 		r.err = fmt.Errorf("lease on %s: %w", n.name, r.err)
 		return
 	}
+	n.use(r.lease.VNI, 1)
 	r.bound = r.leased
 	if !*gangDriver {
 		return
@@ -498,6 +634,7 @@ func (c *cluster) createPods(b *testing.B, ns string, jobs, jobOf, nodeOf []int)
 			return fmt.Errorf("create pod %d: %w", i, err)
 		}
 		pods[i] = p
+		c.owner.Store(holder(p), uids[j])
 		return nil
 	}); err != nil {
 		b.Fatal(err)
@@ -545,7 +682,7 @@ func (c *cluster) read(b *testing.B) counters {
 	}
 	ctl, err := scrapeController(ctx, c.ctl.metrics, "slingshot_controller_grpc_request_duration_seconds_count")
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("%v; the controller's log ends:\n%s", err, c.ctl.logTail(15))
 	}
 	for _, s := range ctl {
 		switch m := s.labels["method"]; {

@@ -114,6 +114,7 @@ current-context: gang
 // controllerProc is one slingshot-controller process.
 type controllerProc struct {
 	cmd     *exec.Cmd
+	log     string
 	grpc    string // its gRPC address
 	metrics string // its /metrics address
 	exited  chan error
@@ -140,7 +141,7 @@ func startController(tb testing.TB, bin, logPath string, args ...string) (*contr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &controllerProc{cmd: cmd, exited: make(chan error, 1)}
+	p := &controllerProc{cmd: cmd, log: logPath, exited: make(chan error, 1)}
 	grpcAddr, httpAddr := make(chan string, 1), make(chan string, 1)
 	// The reader goroutine ends when the process's stderr closes, that is
 	// when it exits; stop waits for that.
@@ -188,6 +189,17 @@ func startController(tb testing.TB, bin, logPath string, args ...string) (*contr
 		}
 	}
 	return p, stop
+}
+
+// logTail returns the last lines of the controller's log, for a failure
+// report.
+func (p *controllerProc) logTail(lines int) string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // metricLine is one sample of the Prometheus text format: name{labels} value.
