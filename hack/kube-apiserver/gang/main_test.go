@@ -34,6 +34,11 @@ func TestMain(m *testing.M) {
 // testMain starts etcd and kube-apiserver as hack/kube-apiserver/e2e
 // does (KUBE_APISERVER, ETCD, E2E_K8S_REQUIRED), with the store's CRDs.
 func testMain(m *testing.M) int {
+	// The package holds a benchmark only: go test ./... (make e2e-k8s)
+	// need not start an API server for it.
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		return m.Run()
+	}
 	bin := os.Getenv("KUBE_APISERVER")
 	if bin == "" {
 		bin, _ = filepath.Abs(filepath.Join("..", "bin", "kube-apiserver"))
