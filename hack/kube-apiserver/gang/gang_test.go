@@ -738,8 +738,8 @@ func waitReady(b *testing.B, ctl *controllerProc) {
 		select {
 		case <-deadline.C:
 			b.Fatal("controller not ready within 2 min")
-		case err := <-ctl.exited:
-			b.Fatalf("controller exited: %v", err)
+		case <-ctl.done:
+			b.Fatalf("controller exited: %v; its log ends:\n%s", ctl.err, ctl.logTail(15))
 		case <-tick.C:
 		}
 	}

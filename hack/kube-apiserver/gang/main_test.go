@@ -122,7 +122,9 @@ type controllerProc struct {
 	log     string
 	grpc    string // its gRPC address
 	metrics string // its /metrics address
-	exited  chan error
+	// done closes when the process has exited; err is then Wait's.
+	done chan struct{}
+	err  error
 }
 
 // startController runs slingshot-controller with args after the flags
@@ -146,7 +148,7 @@ func startController(tb testing.TB, bin, logPath string, args ...string) (*contr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	p := &controllerProc{cmd: cmd, log: logPath, exited: make(chan error, 1)}
+	p := &controllerProc{cmd: cmd, log: logPath, done: make(chan struct{})}
 	grpcAddr, httpAddr := make(chan string, 1), make(chan string, 1)
 	// The reader goroutine ends when the process's stderr closes, that is
 	// when it exits; stop waits for that.
@@ -163,21 +165,21 @@ func startController(tb testing.TB, bin, logPath string, args ...string) (*contr
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
-			switch line.Msg {
-			case "serving grpc":
-				grpcAddr <- line.Addr
-			case "serving http":
-				httpAddr <- line.Addr
+			ch := map[string]chan string{"serving grpc": grpcAddr, "serving http": httpAddr}[line.Msg]
+			select {
+			case ch <- line.Addr: // the first of each; a nil ch never receives
+			default:
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
-		p.exited <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.done)
 	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			_ = cmd.Process.Kill()
-			<-p.exited
+			<-p.done
 		})
 	}
 	timeout := time.NewTimer(2 * time.Minute)
@@ -186,8 +188,8 @@ func startController(tb testing.TB, bin, logPath string, args ...string) (*contr
 		select {
 		case p.grpc = <-grpcAddr:
 		case p.metrics = <-httpAddr:
-		case err := <-p.exited:
-			tb.Fatalf("slingshot-controller exited: %v (log %s)", err, logPath)
+		case <-p.done:
+			tb.Fatalf("slingshot-controller exited: %v (log %s)", p.err, logPath)
 		case <-timeout.C:
 			stop()
 			tb.Fatalf("slingshot-controller did not serve within 2 min (log %s)", logPath)
