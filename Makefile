@@ -114,6 +114,18 @@ e2e-k8s-bench: kube-apiserver
 	cd hack/kube-apiserver && E2E_K8S_REQUIRED=1 ETCD="$$(command -v etcd)" \
 	  $(GO) test -count=1 -run '^$$' -bench BenchmarkAcquire -benchtime $(E2E_K8S_BENCHTIME) ./e2e
 
+## gang-bench: a gang start on a real kube-apiserver: the controller binary
+## (kube store) and 512 simulated nodes on the agent's lease path
+## (controllerclient, engine.Leases, cxi/sim), one job of 4,096 pods, then
+## 64 jobs of 64, all admitted at once: admission-to-leased and -bound
+## p50/p99/max, controller calls and API writes per node per job, CPU.
+## GANG_BENCH_FLAGS, e.g. -gang.per-job (the agent asking once per job).
+GANG_BENCH_FLAGS ?=
+.PHONY: gang-bench
+gang-bench: kube-apiserver
+	cd hack/kube-apiserver && E2E_K8S_REQUIRED=1 ETCD="$$(command -v etcd)" \
+	  $(GO) test -count=1 -timeout 30m -run '^$$' -bench BenchmarkGang -benchtime 1x -v ./gang $(GANG_BENCH_FLAGS)
+
 ## ipam-bench: ADD/DEL p50 and p99 of slingshot-ipam, whereabouts in
 ## node-slice mode (built from the module proxy, on a real kube-apiserver)
 ## and Debian's host-local, in one run. IPAM_BENCH_FLAGS, e.g. -n 200.
