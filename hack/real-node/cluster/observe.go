@@ -196,3 +196,44 @@ func (e *Env) VNIHolders(ctx context.Context, vni uint16) ([]string, error) {
 	}
 	return nil, nil
 }
+
+// AgentMemory is the agent process's resident set now and at its peak
+// (VmRSS and VmHWM), in bytes, read from the node's /proc: the one
+// process whose command name is slingshot-agent.
+func AgentMemory() (rss, peak int64, err error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return 0, 0, err
+	}
+	var found []string
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "slingshot-agent" {
+			continue
+		}
+		found = append(found, d)
+	}
+	if len(found) != 1 {
+		return 0, 0, fmt.Errorf("%d slingshot-agent processes (%v), want one", len(found), found)
+	}
+	status, err := os.ReadFile(filepath.Join(found[0], "status"))
+	if err != nil {
+		return 0, 0, err
+	}
+	field := func(name string) (int64, error) {
+		for line := range strings.Lines(string(status)) {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				return kb * 1024, err
+			}
+		}
+		return 0, fmt.Errorf("%s/status has no %s", found[0], name)
+	}
+	if rss, err = field("VmRSS"); err != nil {
+		return 0, 0, err
+	}
+	if peak, err = field("VmHWM"); err != nil {
+		return 0, 0, err
+	}
+	return rss, peak, nil
+}
