@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
 )
 
 // Annotation is the pod annotation that carries a Request as JSON, for
@@ -23,11 +22,6 @@ var ErrInvalid = errors.New("invalid network request")
 
 // MaxLen bounds the annotation's size: it is a few short fields.
 const MaxLen = 4096
-
-var (
-	poolName   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	netdevName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`)
-)
 
 // Request is what a pod asks for. Every field is optional: the zero value
 // asks for any address of the default pool.
@@ -105,13 +99,13 @@ func FromStrings(pool, netdev, iface, subnet, ip string) (Request, error) {
 // without host bits, the address inside the subnet. Errors wrap
 // ErrInvalid.
 func (r Request) Validate() error {
-	if r.Pool != "" && !poolName.MatchString(r.Pool) {
+	if r.Pool != "" && !isPoolName(r.Pool) {
 		return fmt.Errorf("%w: pool %q is not a DNS label", ErrInvalid, r.Pool)
 	}
-	if r.NetDev != "" && !netdevName.MatchString(r.NetDev) {
+	if r.NetDev != "" && !isNetdevName(r.NetDev) {
 		return fmt.Errorf("%w: netdev %q is not an interface name", ErrInvalid, r.NetDev)
 	}
-	if r.Interface != "" && !netdevName.MatchString(r.Interface) {
+	if r.Interface != "" && !isNetdevName(r.Interface) {
 		return fmt.Errorf("%w: interface %q is not an interface name", ErrInvalid, r.Interface)
 	}
 	if r.Subnet.IsValid() && r.Subnet != r.Subnet.Masked() {
@@ -126,4 +120,36 @@ func (r Request) Validate() error {
 		}
 	}
 	return nil
+}
+
+// isPoolName reports whether s is a DNS label: 1 to 63 of [a-z0-9-], not
+// starting or ending with "-". Written out rather than a regexp: this
+// package runs in slingshot-ipam, a process per CNI call, whose start
+// time compiling patterns would add to every pod's network setup.
+func isPoolName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// isNetdevName reports whether s is a Linux interface name as requests
+// may give it: 1 to 15 of [A-Za-z0-9_.-], starting with a letter or digit.
+func isNetdevName(s string) bool {
+	if len(s) == 0 || len(s) > 15 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
