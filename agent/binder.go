@@ -216,7 +216,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	_, recorded := b.store.Get(key)
 	fresh := !recorded
 	if fresh {
-		if err := b.record(ctx, pod, netns); err != nil {
+		if err := b.record(ctx, pod, netns, shareKey(pod, handle)); err != nil {
 			return err
 		}
 	}
@@ -257,9 +257,9 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 // record leases the VNI of a pod seen for the first time and records the
 // pod durably, before any service exists, so that a crash before the next
 // save leaves services a restart recognises.
-func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32) error {
+func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, share string) error {
 	key := pod.Key()
-	lease, err := b.acquire(ctx, pod)
+	lease, err := b.acquire(ctx, pod, share)
 	if err != nil {
 		return err
 	}
@@ -281,14 +281,33 @@ func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32) er
 }
 
 // acquire leases the pod's VNI and counts the pod among the lease's local
-// holders.
-func (b *binder) acquire(ctx context.Context, pod *podwatch.Pod) (controllerclient.Lease, error) {
+// holders; a pod of a job another local pod holds the lease of joins it
+// with no controller call (share, engine.ShareKey).
+func (b *binder) acquire(ctx context.Context, pod *podwatch.Pod, share string) (controllerclient.Lease, error) {
 	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-	lease, err := b.leases.Acquire(ctx, pod.Key(), ref)
+	lease, err := b.leases.AcquireShared(ctx, pod.Key(), ref, share)
 	if err != nil {
 		return lease, fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
 	}
 	return lease, nil
+}
+
+// podMeta is a namespace handle that knows its pod's labels and
+// annotations (the runtime's, over CRI); *netns.Handle is one.
+type podMeta interface {
+	PodMeta() (labels, annotations map[string]string)
+}
+
+// shareKey names pod's job for the lease holds, from what the runtime
+// reported with its sandbox; "" where nothing did (the namespace found
+// through /proc, or a fallback member).
+func shareKey(pod *podwatch.Pod, h nsHandle) string {
+	m, ok := h.(podMeta)
+	if !ok || h == nil {
+		return ""
+	}
+	labels, annotations := m.PodMeta()
+	return engine.ShareKey(pod.Namespace, labels, annotations)
 }
 
 // release drops key's hold on lease, and the node's hold at the controller

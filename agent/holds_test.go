@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/controllerclient"
@@ -239,5 +240,75 @@ func TestItem5NamespaceHeldAgainAfterRestart(t *testing.T) {
 	}
 	if r2.b.ns.Held("ns/a") != netAB["uid-a"] || r2.b.ns.Held("ns/b") != netAB["uid-b"] {
 		t.Fatalf("after a restart: held a=%d b=%d", r2.b.ns.Held("ns/a"), r2.b.ns.Held("ns/b"))
+	}
+}
+
+// metaNetns is fakeNetns whose handles carry what a runtime reports of
+// the pod with its sandbox: the Job's label.
+type metaNetns struct {
+	fakeNetns
+	job map[string]string // pod UID → Job UID
+}
+
+type metaHandle struct {
+	*fakeHandle
+	labels map[string]string
+}
+
+func (h metaHandle) PodMeta() (map[string]string, map[string]string) { return h.labels, nil }
+
+func (f metaNetns) Open(ctx context.Context, uid string) (nsHandle, error) {
+	h, err := f.fakeNetns.Open(ctx, uid)
+	if err != nil {
+		return nil, err
+	}
+	return metaHandle{fakeHandle: h.(*fakeHandle), labels: map[string]string{"batch.kubernetes.io/controller-uid": f.job[uid]}}, nil
+}
+
+// countingJobs counts the controller's acquires.
+type countingJobs struct {
+	*jobController
+	acquires atomic.Int64
+}
+
+func (c *countingJobs) AcquireJobVNI(ctx context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
+	c.acquires.Add(1)
+	return c.jobController.AcquireJobVNI(ctx, p)
+}
+
+// Issue 25: the pods of one Job on a node cost one controller call: the
+// runtime names each pod's Job (its sandbox's labels), and a pod of a Job
+// whose lease the node holds joins it. Another Job's pod asks.
+func TestOneControllerCallPerNodePerJob(t *testing.T) {
+	ns := metaNetns{fakeNetns: fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002, "uid-c": 4026532003},
+		job: map[string]string{"uid-a": "job-train", "uid-b": "job-train", "uid-c": "job-eval"}}
+	r := newRig(t, t.TempDir(), nil, nil)
+	r.b.netns = ns
+	ctl := &countingJobs{jobController: newJobController()}
+	r.b.useLeaser(ctl)
+	k := newFakeKubelet(t)
+	r.useWatcher(k, nil)
+	for _, p := range []kubeletPod{
+		{"ns", "train-0", "uid-a", "main", []string{dev0}},
+		{"ns", "train-1", "uid-b", "main", []string{dev1}},
+	} {
+		k.admit(p)
+		if err := r.b.PreStart(t.Context(), res, p.ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := r.record(t, "ns/train-0"), r.record(t, "ns/train-1")
+	if a.VNI != b.VNI || a.LeaseKey != b.LeaseKey {
+		t.Fatalf("two pods of one Job on VNIs %d and %d", a.VNI, b.VNI)
+	}
+	if n := ctl.acquires.Load(); n != 1 {
+		t.Fatalf("%d controller calls for two pods of one Job on one node, want 1", n)
+	}
+	k.admit(kubeletPod{"ns", "eval-0", "uid-c", "main", []string{dev0}})
+	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.record(t, "ns/eval-0"); c.VNI == a.VNI || ctl.acquires.Load() != 2 {
+		t.Fatalf("another Job's pod: VNI %d (train's %d), %d calls; want its own VNI from a call of its own", c.VNI, a.VNI, ctl.acquires.Load())
 	}
 }

@@ -36,6 +36,7 @@ type world struct {
 	nextJob  int                   // suffix of the next job name
 	nextPod  int                   // suffix of the next pod and UID
 	live     map[string]kubeletPod // pods bound and not ended, by UID
+	jobByUID map[string]string     // each pod's Job's UID, as its sandbox's labels say
 	listDown bool                  // List fails
 	notReady bool                  // the kubelet restarted; its sources are not ready
 	log      []string
@@ -43,7 +44,7 @@ type world struct {
 
 func newWorld(t *testing.T, seed uint64) *world {
 	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed)), dir: t.TempDir(), k: newFakeKubelet(t),
-		ctl: newJobController(), ns: fakeNetns{}, live: map[string]kubeletPod{}}
+		ctl: newJobController(), ns: fakeNetns{}, live: map[string]kubeletPod{}, jobByUID: map[string]string{}}
 	for range 3 {
 		w.jobs = append(w.jobs, w.newJobName())
 	}
@@ -54,6 +55,9 @@ func newWorld(t *testing.T, seed uint64) *world {
 // start builds the agent on the world's state directory, as at a start.
 func (w *world) start() {
 	w.r = newRig(w.t, w.dir, nil, w.ns)
+	// The runtime names each pod's Job, so that a job's pods share its
+	// lease on the node (engine.Leases.AcquireShared).
+	w.r.b.netns = metaNetns{fakeNetns: w.ns, job: w.jobByUID}
 	w.r.b.logger = testLoggerDiscard()
 	w.r.b.useLeaser(w.ctl)
 	w.devs = w.devs[:0]
@@ -151,6 +155,7 @@ func (w *world) startPod(failBind bool) {
 	w.nextPod++
 	p := kubeletPod{"ns", fmt.Sprintf("%s-%d", job, w.nextPod), fmt.Sprintf("uid-%d", w.nextPod), "main", []string{id}}
 	w.ns[p.uid] = 4026540000 + uint32(w.nextPod)
+	w.jobByUID[p.uid] = "uid-of-" + job
 	w.k.admit(p)
 	nicName := w.r.b.devNIC[id]
 	n := w.r.b.nics[nicName]

@@ -103,6 +103,23 @@ func (h *leaseHolds) add(lease, pod string, since uint64) (fresh bool) {
 	return e.lastBegun <= since
 }
 
+// join records pod as a holder of lease when the lease has other holders
+// and no release of it is in flight: then the node's hold at the
+// controller stands, and no acquire is needed. It reports whether it did.
+func (h *leaseHolds) join(lease, pod string) bool {
+	if lease == "" {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.leases[lease]
+	if e == nil || len(e.pods) == 0 || e.releasing > 0 {
+		return false
+	}
+	e.pods[pod] = true
+	return true
+}
+
 // restore records pod as a holder of lease, as the checkpoint says at
 // start, before any acquire or release runs.
 func (h *leaseHolds) restore(lease, pod string) {

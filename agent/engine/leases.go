@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
@@ -25,10 +27,17 @@ type Leaser interface {
 type Leases struct {
 	leaser Leaser
 	holds  *leaseHolds
+
+	mu sync.Mutex // guards shared
+	// shared maps a job's share key to the job-scoped lease its first
+	// holder on this node was answered, while a holder holds it.
+	shared map[string]controllerclient.Lease
 }
 
 // NewLeases returns the holds of a node with no holder yet.
-func NewLeases(l Leaser) *Leases { return &Leases{leaser: l, holds: newLeaseHolds()} }
+func NewLeases(l Leaser) *Leases {
+	return &Leases{leaser: l, holds: newLeaseHolds(), shared: map[string]controllerclient.Lease{}}
+}
 
 // ClaimHolder is a DRA claim's holder key: it cannot be a pod's, which has
 // no colon.
@@ -42,6 +51,19 @@ func (l *Leases) Restore(key, holder string) { l.holds.restore(key, holder) }
 // A release of the same lease by its last other holder may have crossed
 // this acquire at the controller; then it acquires again, once.
 func (l *Leases) Acquire(ctx context.Context, holder string, pod controllerclient.PodRef) (controllerclient.Lease, error) {
+	return l.AcquireShared(ctx, holder, pod, "")
+}
+
+// AcquireShared is Acquire for a pod whose job the node knows: share
+// names it (see [ShareKey]; "" for none). While another local holder of
+// the same share holds a job-scoped lease, holder joins it with no call
+// to the controller: the controller records a job's lease as held by the
+// node, which holds it already, so it would answer the same lease. This
+// makes a gang start cost one controller call per node per job.
+func (l *Leases) AcquireShared(ctx context.Context, holder string, pod controllerclient.PodRef, share string) (controllerclient.Lease, error) {
+	if lease, ok := l.joinShared(holder, share); ok {
+		return lease, nil
+	}
 	since := l.holds.begin()
 	lease, err := l.leaser.AcquireJobVNI(ctx, pod)
 	if err != nil {
@@ -49,6 +71,7 @@ func (l *Leases) Acquire(ctx context.Context, holder string, pod controllerclien
 		return lease, err
 	}
 	if l.holds.add(lease.Key, holder, since) {
+		l.remember(share, lease)
 		return lease, nil
 	}
 	again, err := l.leaser.AcquireJobVNI(ctx, pod)
@@ -61,7 +84,64 @@ func (l *Leases) Acquire(ctx context.Context, holder string, pod controllerclien
 		}
 		return lease, fmt.Errorf("acquire again, after a release of the lease crossed: %w", err)
 	}
+	l.remember(share, again)
 	return again, nil
+}
+
+// joinShared counts holder among the holders of the lease remembered for
+// share, when one is and other holders hold it with no release in
+// flight; it reports whether it did.
+func (l *Leases) joinShared(holder, share string) (controllerclient.Lease, bool) {
+	if share == "" {
+		return controllerclient.Lease{}, false
+	}
+	l.mu.Lock()
+	lease, ok := l.shared[share]
+	l.mu.Unlock()
+	if !ok || !l.holds.join(lease.Key, holder) {
+		return controllerclient.Lease{}, false
+	}
+	return lease, true
+}
+
+// remember keeps a job-scoped lease for share's next holders. Only a job
+// scope is shared: a pod, claim or no scope is each holder's own.
+func (l *Leases) remember(share string, lease controllerclient.Lease) {
+	if share == "" || lease.Scope != controllerclient.ScopeJob || lease.Key == "" || lease.Local {
+		return
+	}
+	l.mu.Lock()
+	l.shared[share] = lease
+	l.mu.Unlock()
+}
+
+// forgetShared drops the shares of lease key, once its last holder went.
+func (l *Leases) forgetShared(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for share, lease := range l.shared {
+		if lease.Key == key {
+			delete(l.shared, share)
+		}
+	}
+}
+
+// ShareKey names a pod's job for AcquireShared from what the runtime
+// knows of the pod: its namespace, the UID of the Job controlling it
+// (the label batch.kubernetes.io/controller-uid the Job controller puts on
+// its pods) and the annotations that change the answer the controller
+// gives (the VNI policy and the network request), so that two pods share
+// only what the controller would have answered both. "" when the pod is
+// no Job's.
+func ShareKey(namespace string, labels, annotations map[string]string) string {
+	job := labels["batch.kubernetes.io/controller-uid"]
+	if job == "" {
+		job = labels["controller-uid"] // the Job controller's label before Kubernetes 1.27
+	}
+	if job == "" || namespace == "" {
+		return ""
+	}
+	return strings.Join([]string{namespace, job, annotations["slingshot.hpe.com/vni"], annotations["slingshot.hpe.com/network"]}, "\x00")
 }
 
 // Release drops holder's hold on lease, and the node's hold at the
@@ -73,6 +153,7 @@ func (l *Leases) Release(ctx context.Context, holder string, lease controllercli
 		return nil // other holders on this node run on the VNI
 	}
 	defer l.holds.done(lease.Key)
+	l.forgetShared(lease.Key)
 	if lease.Scope == controllerclient.ScopeNone || lease.Key == "" && !lease.Local {
 		return nil // nothing held at the controller
 	}

@@ -62,14 +62,16 @@ type CRI struct {
 // host's namespace unreadable), [ErrNotNetns], [ErrBadInfo], or the CRI
 // call's error.
 func (c CRI) Open(ctx context.Context, podUID string) (*Handle, error) {
-	info, id, err := c.sandboxInfo(ctx, podUID)
+	info, sb, err := c.sandboxInfo(ctx, podUID)
 	if err != nil {
 		return nil, err
 	}
+	id := sb.GetId()
 	h, where, err := c.openSandbox(info)
 	if err != nil {
 		return nil, fmt.Errorf("cri: network namespace of sandbox %s of pod %s: %w", id, podUID, err)
 	}
+	h.labels, h.annotations = sb.GetLabels(), sb.GetAnnotations()
 	hostPath := c.HostNetns
 	if hostPath == "" {
 		hostPath = filepath.Join(c.procRoot(), "1", "ns", "net")
@@ -89,43 +91,44 @@ func (c CRI) Open(ctx context.Context, podUID string) (*Handle, error) {
 }
 
 // sandboxInfo returns what the runtime says of the network namespace of
-// the pod's newest ready sandbox, and that sandbox's ID.
-func (c CRI) sandboxInfo(ctx context.Context, podUID string) (SandboxInfo, string, error) {
+// the pod's newest ready sandbox, and that sandbox.
+func (c CRI) sandboxInfo(ctx context.Context, podUID string) (SandboxInfo, *runtimeapi.PodSandbox, error) {
 	if podUID == "" || strings.ContainsAny(podUID, "/\n") {
-		return SandboxInfo{}, "", fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
+		return SandboxInfo{}, nil, fmt.Errorf("%w: bad pod UID %q", ErrNotFound, podUID)
 	}
-	id, err := c.newestReadySandbox(ctx, podUID)
+	sb, err := c.newestReadySandbox(ctx, podUID)
 	if err != nil {
-		return SandboxInfo{}, "", err
+		return SandboxInfo{}, nil, err
 	}
+	id := sb.GetId()
 	callCtx, cancel := context.WithTimeout(ctx, c.timeout())
 	resp, err := c.Client.PodSandboxStatus(callCtx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	cancel()
 	if err != nil {
-		return SandboxInfo{}, "", fmt.Errorf("cri: status of sandbox %s of pod %s: %w", id, podUID, err)
+		return SandboxInfo{}, nil, fmt.Errorf("cri: status of sandbox %s of pod %s: %w", id, podUID, err)
 	}
 	status := resp.GetStatus()
 	if status.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
-		return SandboxInfo{}, "", fmt.Errorf("%w: pod %s (the runtime's sandbox status)", ErrHostNetwork, podUID)
+		return SandboxInfo{}, nil, fmt.Errorf("%w: pod %s (the runtime's sandbox status)", ErrHostNetwork, podUID)
 	}
 	if status.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return SandboxInfo{}, "", fmt.Errorf("%w: sandbox %s of pod %s is %s", ErrNotFound, id, podUID, status.GetState())
+		return SandboxInfo{}, nil, fmt.Errorf("%w: sandbox %s of pod %s is %s", ErrNotFound, id, podUID, status.GetState())
 	}
 	raw, ok := resp.GetInfo()["info"]
 	if !ok {
-		return SandboxInfo{}, "", fmt.Errorf("%w: sandbox %s of pod %s: the verbose status has no \"info\"", ErrBadInfo, id, podUID)
+		return SandboxInfo{}, nil, fmt.Errorf("%w: sandbox %s of pod %s: the verbose status has no \"info\"", ErrBadInfo, id, podUID)
 	}
 	info, err := ParseSandboxInfo(raw)
 	if err != nil {
-		return SandboxInfo{}, "", fmt.Errorf("cri: sandbox %s of pod %s: %w", id, podUID, err)
+		return SandboxInfo{}, nil, fmt.Errorf("cri: sandbox %s of pod %s: %w", id, podUID, err)
 	}
 	switch {
 	case info.HostNetwork:
-		return SandboxInfo{}, "", fmt.Errorf("%w: pod %s (no network namespace in the sandbox's runtime spec)", ErrHostNetwork, podUID)
+		return SandboxInfo{}, nil, fmt.Errorf("%w: pod %s (no network namespace in the sandbox's runtime spec)", ErrHostNetwork, podUID)
 	case info.NetnsClosed:
-		return SandboxInfo{}, "", fmt.Errorf("%w: the runtime says the network namespace of sandbox %s of pod %s is closed", ErrNotFound, id, podUID)
+		return SandboxInfo{}, nil, fmt.Errorf("%w: the runtime says the network namespace of sandbox %s of pod %s is closed", ErrNotFound, id, podUID)
 	}
-	return info, id, nil
+	return info, sb, nil
 }
 
 // openSandbox opens the sandbox's network namespace and returns the file
@@ -161,7 +164,7 @@ func (c CRI) openSandbox(info SandboxInfo) (*Handle, string, error) {
 // newestReadySandbox returns the ID of the pod's ready sandbox created
 // last: after a sandbox is recreated the kubelet stops the old one, but
 // for a moment both can be ready.
-func (c CRI) newestReadySandbox(ctx context.Context, podUID string) (string, error) {
+func (c CRI) newestReadySandbox(ctx context.Context, podUID string) (*runtimeapi.PodSandbox, error) {
 	callCtx, cancel := context.WithTimeout(ctx, c.timeout())
 	defer cancel()
 	resp, err := c.Client.ListPodSandbox(callCtx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
@@ -169,7 +172,7 @@ func (c CRI) newestReadySandbox(ctx context.Context, podUID string) (string, err
 		LabelSelector: map[string]string{PodUIDLabel: podUID},
 	}})
 	if err != nil {
-		return "", fmt.Errorf("cri: list sandboxes of pod %s: %w", podUID, err)
+		return nil, fmt.Errorf("cri: list sandboxes of pod %s: %w", podUID, err)
 	}
 	var best *runtimeapi.PodSandbox
 	for _, sb := range resp.GetItems() {
@@ -182,9 +185,9 @@ func (c CRI) newestReadySandbox(ctx context.Context, podUID string) (string, err
 		}
 	}
 	if best == nil {
-		return "", fmt.Errorf("%w: the runtime has no ready sandbox of pod %s", ErrNotFound, podUID)
+		return nil, fmt.Errorf("%w: the runtime has no ready sandbox of pod %s", ErrNotFound, podUID)
 	}
-	return best.GetId(), nil
+	return best, nil
 }
 
 func (c CRI) timeout() time.Duration {

@@ -30,6 +30,21 @@ import (
 type Handle struct {
 	f   *os.File
 	ino uint32
+	// labels and annotations are the pod's as its runtime reported them
+	// with the sandbox (CRI); nil where the namespace was found otherwise.
+	labels, annotations map[string]string
+}
+
+// PodMeta returns the pod's labels and annotations as the container
+// runtime reported them with its sandbox, or nils where the namespace was
+// found without the runtime (/proc). They are the kubelet's copy of the
+// pod's, set when the sandbox was made; the agent reads from them only
+// what decides nothing about isolation alone (see engine.ShareKey).
+func (h *Handle) PodMeta() (labels, annotations map[string]string) {
+	if h == nil {
+		return nil, nil
+	}
+	return h.labels, h.annotations
 }
 
 // Inode returns the namespace's inode, read by fstat on the held
