@@ -46,6 +46,15 @@ type Resolver struct {
 	md    metadata.Interface
 	kinds map[schema.GroupKind]Kind
 	cache *ownerCache
+	// podReads admits pod reads, podReads' capacity at a time, in the
+	// order they came (a channel's senders wait in a queue). Thousands
+	// of reads sent at once share the API server's CPU and all finish
+	// late, past their callers' deadlines, and their retries do the
+	// same again; taken in turn, the first are answered at once and a
+	// caller whose deadline passed while it waited never sends its read.
+	// Owner reads, a few per job, do not queue behind the pods': every
+	// pod of the job waits on them.
+	podReads chan struct{}
 }
 
 var _ controller.Resolver = (*Resolver)(nil)
@@ -54,9 +63,20 @@ var _ controller.Resolver = (*Resolver)(nil)
 type Option func(*resolverOptions)
 
 type resolverOptions struct {
-	ttl  time.Duration
-	size int
-	now  func() time.Time
+	ttl      time.Duration
+	size     int
+	now      func() time.Time
+	podReads int
+}
+
+// DefaultPodReads is how many pod reads a Resolver has in flight at once.
+// A watch-cache read takes the API server well under a millisecond, so
+// this many keep it as busy as the client's rate limit allows.
+const DefaultPodReads = 64
+
+// WithPodReads sets how many pod reads are in flight at once (at least 1).
+func WithPodReads(n int) Option {
+	return func(o *resolverOptions) { o.podReads = max(n, 1) }
 }
 
 // WithOwnerCache sets how long owner metadata is reused (0: not at all;
@@ -74,11 +94,12 @@ func WithClock(now func() time.Time) Option {
 
 // NewResolver returns a resolver that follows kinds (plus ClaimKind).
 func NewResolver(md metadata.Interface, kinds []Kind, opts ...Option) *Resolver {
-	o := resolverOptions{ttl: DefaultOwnerTTL, size: DefaultOwnerCacheSize, now: time.Now}
+	o := resolverOptions{ttl: DefaultOwnerTTL, size: DefaultOwnerCacheSize, now: time.Now, podReads: DefaultPodReads}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	r := &Resolver{md: md, kinds: map[schema.GroupKind]Kind{}, cache: newOwnerCache(o.ttl, o.size, o.now)}
+	r := &Resolver{md: md, kinds: map[schema.GroupKind]Kind{}, cache: newOwnerCache(o.ttl, o.size, o.now),
+		podReads: make(chan struct{}, o.podReads)}
 	for _, k := range append(kinds, ClaimKind) {
 		r.kinds[schema.GroupKind{Group: k.Group, Kind: k.Kind}] = k
 	}
@@ -123,6 +144,12 @@ func (r *Resolver) getUID(ctx context.Context, gvr schema.GroupVersionResource, 
 // stale pod from a re-created one of the same name (a StatefulSet's).
 // It returns nil, nil when there is no such pod.
 func (r *Resolver) getPod(ctx context.Context, p controller.PodRef) (*metav1.PartialObjectMetadata, error) {
+	select {
+	case r.podReads <- struct{}{}:
+		defer func() { <-r.podReads }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait to read pod %s/%s: %w", p.Namespace, p.Name, context.Cause(ctx))
+	}
 	if p.UID != "" {
 		return r.getUID(ctx, podsGVR, p.Namespace, p.Name, types.UID(p.UID))
 	}
