@@ -41,6 +41,8 @@ type Config struct {
 	OwnerKinds                       string
 	NoKube                           bool
 	Kubeconfig                       string
+	APIQPS                           float64
+	APIBurst                         int
 	Auth                             string
 	AgentServiceAccounts             string
 	TokenAudiences                   string
@@ -64,6 +66,27 @@ func envName(flagName string) string { return flagenv.Name(envPrefix, flagName) 
 // the usage for -h/--help.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
 	c := &Config{}
+	fs := flagSet(c, out)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	// An empty variable is unset, as a DaemonSet's empty value means.
+	lookup := func(name string) (string, bool) { v := getenv(name); return v, v != "" }
+	if err := flagenv.Apply(fs, envPrefix, lookup); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// flagSet defines the controller's flags, bound to c, with its usage
+// written to out.
+func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("slingshot-controller", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", ":9440", "address of the gRPC API for node agents")
@@ -93,6 +116,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
+	fs.Float64Var(&c.APIQPS, "api-qps", defaultAPIQPS, "requests per second of each of the controller's Kubernetes clients (owner look-ups, the kube store, the node watch), each its own bucket; the TokenReviews and the leader election have their own")
+	fs.IntVar(&c.APIBurst, "api-burst", defaultAPIBurst, "burst of each client above --api-qps")
 	fs.StringVar(&c.Auth, "auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount token), mtls (client certificates), none")
 	fs.StringVar(&c.AgentServiceAccounts, "agent-service-accounts", "system:serviceaccount:slingshot:slingshot-agent", "users accepted by --auth tokenreview, comma-separated")
 	fs.StringVar(&c.TokenAudiences, "token-audiences", "", "audiences a token must carry for --auth tokenreview, comma-separated; empty: the API server's")
@@ -108,21 +133,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "Usage: slingshot-controller [flags]\n\n"+
 		"The Slingshot cluster controller: job VNI leases, node slices, gRPC API for agents, Metacontroller hooks.")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	// An empty variable is unset, as a DaemonSet's empty value means.
-	lookup := func(name string) (string, bool) { v := getenv(name); return v, v != "" }
-	if err := flagenv.Apply(fs, envPrefix, lookup); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return fs
 }
 
 func splitList(s string) []string {
@@ -240,6 +251,9 @@ func (c *Config) validateLimits(add problems) {
 	}
 	if c.GRPCMaxConnections < 0 || c.GRPCMaxConnectionsPerHost < 0 || c.GRPCCallsPerSecond < 0 {
 		add("--grpc-max-connections, --grpc-max-connections-per-host, --grpc-calls-per-second: must not be negative")
+	}
+	if c.APIQPS <= 0 || c.APIBurst < 1 {
+		add("--api-qps and --api-burst: want positive")
 	}
 	if c.SweepInterval <= 0 {
 		add("--sweep-interval: must be positive")

@@ -116,7 +116,7 @@ func (p *parts) buildKube(context.Context) error {
 		return nil
 	}
 	var err error
-	if p.rc, err = kubeConfig(p.c.Kubeconfig); err != nil {
+	if p.rc, err = kubeConfig(p.c.Kubeconfig, p.c.APIQPS, p.c.APIBurst); err != nil {
 		return err
 	}
 	if p.kc, err = newKubeClients(p.rc, p.c); err != nil {

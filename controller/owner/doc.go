@@ -10,7 +10,11 @@
 // It reads only object metadata (the metadata client), so custom kinds
 // need no typed client. A pod whose chain reaches no listed kind is
 // pod-scoped. The pod's own AnnotationVNI wins over its owners'. The pod's
-// AnnotationNetwork (its network request) is passed on as it is.
+// AnnotationNetwork (its network request) is passed on as it is. A gang
+// start costs one read per pod: the pod is read from the API server's
+// watch cache by its UID, and each owner once for all its pods (cached by
+// UID for [DefaultOwnerTTL], concurrent reads shared); see [Resolver] for
+// why a watch-cache read is safe there.
 //
 // [NodeWatcher] follows Node objects with an informer and reports when a
 // node was deleted, or was missing when the informer first synced.
