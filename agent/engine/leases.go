@@ -28,15 +28,19 @@ type Leases struct {
 	leaser Leaser
 	holds  *leaseHolds
 
-	mu sync.Mutex // guards shared
+	mu sync.Mutex // guards shared and asking
 	// shared maps a job's share key to the job-scoped lease its first
 	// holder on this node was answered, while a holder holds it.
 	shared map[string]controllerclient.Lease
+	// asking holds, by share key, the controller call in flight for it:
+	// the job's other pods admitted at once wait for its answer rather
+	// than each ask (a gang start).
+	asking map[string]chan struct{}
 }
 
 // NewLeases returns the holds of a node with no holder yet.
 func NewLeases(l Leaser) *Leases {
-	return &Leases{leaser: l, holds: newLeaseHolds(), shared: map[string]controllerclient.Lease{}}
+	return &Leases{leaser: l, holds: newLeaseHolds(), shared: map[string]controllerclient.Lease{}, asking: map[string]chan struct{}{}}
 }
 
 // ClaimHolder is a DRA claim's holder key: it cannot be a pod's, which has
@@ -64,6 +68,41 @@ func (l *Leases) AcquireShared(ctx context.Context, holder string, pod controlle
 	if lease, ok := l.joinShared(holder, share); ok {
 		return lease, nil
 	}
+	if share == "" {
+		return l.acquire(ctx, holder, pod, "")
+	}
+	// One call per share at a time: the first asks, the others wait for
+	// its answer and join it (or, when it was no job's lease or failed,
+	// ask in turn).
+	for {
+		l.mu.Lock()
+		wait, busy := l.asking[share]
+		if !busy {
+			done := make(chan struct{})
+			l.asking[share] = done
+			l.mu.Unlock()
+			lease, err := l.acquire(ctx, holder, pod, share)
+			l.mu.Lock()
+			delete(l.asking, share)
+			l.mu.Unlock()
+			close(done)
+			return lease, err
+		}
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return controllerclient.Lease{}, fmt.Errorf("wait for the job's lease on this node: %w", ctx.Err())
+		}
+		if lease, ok := l.joinShared(holder, share); ok {
+			return lease, nil
+		}
+	}
+}
+
+// acquire asks the controller for pod's lease and counts holder, and
+// remembers a job-scoped answer for share.
+func (l *Leases) acquire(ctx context.Context, holder string, pod controllerclient.PodRef, share string) (controllerclient.Lease, error) {
 	since := l.holds.begin()
 	lease, err := l.leaser.AcquireJobVNI(ctx, pod)
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -152,5 +153,52 @@ func TestSharedLeaseNotJoinedDuringRelease(t *testing.T) {
 	h.done("job/ns/j")
 	if h.join("job/ns/j", "ns/b") {
 		t.Fatal("joined a lease nobody holds")
+	}
+}
+
+// gatedLeaser holds every acquire until open closes, counting them.
+type gatedLeaser struct {
+	countingLeaser
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gatedLeaser) AcquireJobVNI(ctx context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
+	g.entered <- struct{}{}
+	<-g.open
+	return g.countingLeaser.AcquireJobVNI(ctx, p)
+}
+
+// A gang start: a job's pods admitted on a node at once wait for the
+// first's controller call and join its lease: one call, not one per pod.
+func TestSharedLeaseGangStartOneCall(t *testing.T) {
+	ctx := context.Background()
+	g := &gatedLeaser{entered: make(chan struct{}, 16), open: make(chan struct{})}
+	l := NewLeases(g)
+	share := ShareKey("ns", map[string]string{"batch.kubernetes.io/controller-uid": "job-uid"}, nil)
+	const pods = 8
+	errs := make(chan error, pods)
+	for i := range pods {
+		go func() {
+			pod := controllerclient.PodRef{Namespace: "ns", Name: "j-" + string(rune('a'+i))}
+			lease, err := l.AcquireShared(ctx, "ns/"+pod.Name, pod, share)
+			if err == nil && lease.VNI != 2000 {
+				err = fmt.Errorf("lease %+v, want VNI 2000", lease)
+			}
+			errs <- err
+		}()
+	}
+	<-g.entered // the first pod's call is in flight; the others wait on it
+	close(g.open)
+	for range pods {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acq, _ := g.calls(); acq != 1 {
+		t.Fatalf("%d controller calls for %d pods of one job admitted at once, want 1", acq, pods)
+	}
+	if l.Holders("job/ns/j") != pods {
+		t.Fatalf("holders %d, want %d", l.Holders("job/ns/j"), pods)
 	}
 }
