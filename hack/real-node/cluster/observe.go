@@ -199,11 +199,13 @@ func (e *Env) VNIHolders(ctx context.Context, vni uint16) ([]string, error) {
 
 // AgentMemory is the agent process's resident set now and at its peak
 // (VmRSS and VmHWM), in bytes, read from the node's /proc: the one
-// process whose command name is slingshot-agent.
-func AgentMemory() (rss, peak int64, err error) {
+// process whose command name is slingshot-agent. anon is the part of rss
+// that is heap, stacks and data (RssAnon), the rest mostly the binary's
+// pages it has touched.
+func AgentMemory() (rss, peak, anon int64, err error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var found []string
 	for _, d := range dirs {
@@ -214,11 +216,11 @@ func AgentMemory() (rss, peak int64, err error) {
 		found = append(found, d)
 	}
 	if len(found) != 1 {
-		return 0, 0, fmt.Errorf("%d slingshot-agent processes (%v), want one", len(found), found)
+		return 0, 0, 0, fmt.Errorf("%d slingshot-agent processes (%v), want one", len(found), found)
 	}
 	status, err := os.ReadFile(filepath.Join(found[0], "status"))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	field := func(name string) (int64, error) {
 		for line := range strings.Lines(string(status)) {
@@ -230,10 +232,13 @@ func AgentMemory() (rss, peak int64, err error) {
 		return 0, fmt.Errorf("%s/status has no %s", found[0], name)
 	}
 	if rss, err = field("VmRSS"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if peak, err = field("VmHWM"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return rss, peak, nil
+	if anon, err = field("RssAnon"); err != nil {
+		return 0, 0, 0, err
+	}
+	return rss, peak, anon, nil
 }

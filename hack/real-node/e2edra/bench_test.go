@@ -86,13 +86,14 @@ func BenchmarkAllocatedToStarted(b *testing.B) {
 		p(0.50).Round(time.Millisecond), p(0.95).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 	// The agent's footprint after the pods (a remote controller: the
 	// chart's, in its own pod).
-	rss, peak, err := cluster.AgentMemory()
+	rss, peak, anon, err := cluster.AgentMemory()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(rss)/(1<<20), "agent-rss-MiB")
 	b.ReportMetric(float64(peak)/(1<<20), "agent-peak-rss-MiB")
-	fmt.Printf("agent memory, api %s: RSS %.1f MiB, peak %.1f MiB\n", *apiFlag, float64(rss)/(1<<20), float64(peak)/(1<<20))
+	fmt.Printf("agent memory, api %s: RSS %.1f MiB (anonymous %.1f MiB), peak %.1f MiB\n", *apiFlag,
+		float64(rss)/(1<<20), float64(anon)/(1<<20), float64(peak)/(1<<20))
 }
 
 // waitPodAndClaimsGone waits until pod and the claims made for it are
