@@ -559,7 +559,7 @@ func (c *cluster) createPods(b *testing.B, ns string, jobs, jobOf, nodeOf []int)
 		p, err := c.kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%d-%d", j, i),
 			// The Job controller's label, which the runtime reports with
 			// the pod's sandbox and the agent shares its job's lease by.
-			Labels: map[string]string{"batch.kubernetes.io/controller-uid": uids[j]},
+			Labels:          map[string]string{"batch.kubernetes.io/controller-uid": uids[j]},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: fmt.Sprintf("job-%d", j), UID: types.UID(uids[j]), Controller: ptr(true)}}},
 			Spec: corev1.PodSpec{NodeName: nodeName(nodeOf[i]), AutomountServiceAccountToken: &no, RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "rank", Image: "mpi"}}}}, metav1.CreateOptions{})

@@ -76,7 +76,7 @@ type Options struct {
 	Values map[string]any
 	// AgentArgs are added to the agent's command line (agent.extraArgs).
 	AgentArgs []string
-	Logf   func(format string, args ...any)
+	Logf      func(format string, args ...any)
 }
 
 // Env is the running node with the project installed.

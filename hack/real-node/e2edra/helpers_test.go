@@ -488,3 +488,29 @@ func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []stri
 	}
 	return time.Now(), nil
 }
+
+// waitPodWarning waits for a warning event on a pod in ns (on the pod
+// named pod, when not "") whose message match accepts, and returns it as
+// "Reason: message"; it fails the test with what it waited for.
+func waitPodWarning(t *testing.T, ctx context.Context, ns, pod, what string, match func(msg string) bool) string {
+	t.Helper()
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if ev.InvolvedObject.Kind == "Pod" && (pod == "" || ev.InvolvedObject.Name == pod) && ev.Type == corev1.EventTypeWarning && match(ev.Message) {
+				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no warning event on the pod %s: %v\n%s", what, err, env.Describe(ctx))
+	}
+	t.Logf("event: %s", why)
+	return why
+}

@@ -1,17 +1,13 @@
 package e2edra
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
@@ -39,24 +35,7 @@ func TestDRAHostNetworkRefused(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && containsAny(ev.Message, refusalTexts) {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no event on the pod carries the agent's refusal (%q): %v\n%s", refusalTexts, err, env.Describe(ctx))
-	}
-	t.Logf("event: %s", why)
+	waitPodWarning(t, ctx, ns, "", fmt.Sprintf("carries the agent's refusal (%q)", refusalTexts), func(msg string) bool { return containsAny(msg, refusalTexts) })
 
 	list, err := env.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {

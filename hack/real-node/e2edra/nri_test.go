@@ -2,7 +2,6 @@ package e2edra
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -76,24 +75,7 @@ func TestDRANRIUnreachableFailsClosed(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var why string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, "NRI") {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no event on the claimed pod names NRI: %v\n%s", err, env.Describe(ctx))
-	}
-	t.Logf("event: %s", why)
+	waitPodWarning(t, ctx, ns, "", "names NRI", func(msg string) bool { return strings.Contains(msg, "NRI") })
 	if ready := podReady(t, ctx, c, sel); ready {
 		t.Fatal("the agent reports ready without an NRI connection")
 	}

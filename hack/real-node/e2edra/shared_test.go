@@ -1,16 +1,12 @@
 package e2edra
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
@@ -48,24 +44,9 @@ func TestDRASharedClaimSecondPodRefused(t *testing.T) {
 	if _, err := env.Node.Client.CoreV1().Pods(ns).Create(ctx, pod("second"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=second"})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, ns+"/shared") && strings.Contains(ev.Message, "ResourceClaimTemplate") {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
+	waitPodWarning(t, ctx, ns, "second", "names the claim and the fix", func(msg string) bool {
+		return strings.Contains(msg, ns+"/shared") && strings.Contains(msg, "ResourceClaimTemplate")
 	})
-	if err != nil {
-		t.Fatalf("no warning event on the second pod names the claim and the fix: %v\n%s", err, env.Describe(ctx))
-	}
-	t.Logf("event: %s", why)
 	second, err := env.Node.Client.CoreV1().Pods(ns).Get(ctx, "second", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
