@@ -393,32 +393,6 @@ func (s *Store) fence(ctx context.Context) (journalSpec, error) {
 	return prev, nil
 }
 
-func (s *Store) list(ctx context.Context, ls *listStats) (*listing, error) {
-	l := &listing{leases: map[string]*leaseObject{}, slices: map[string]*sliceObject{},
-		quarantines: map[string]*quarantineObject{}, journals: map[string]*journalObject{}}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		_, err := listAll(gctx, s, resLease, ls, func(o *leaseObject) { l.leases[o.Name] = o })
-		return err
-	})
-	g.Go(func() error {
-		_, err := listAll(gctx, s, resSlice, ls, func(o *sliceObject) { l.slices[o.Name] = o })
-		return err
-	})
-	g.Go(func() error {
-		_, err := listAll(gctx, s, resQuarantine, ls, func(o *quarantineObject) { l.quarantines[o.Name] = o })
-		return err
-	})
-	g.Go(func() error {
-		_, err := listAll(gctx, s, resJournal, ls, func(o *journalObject) { l.journals[o.Name] = o })
-		return err
-	})
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
 // current returns the store version, resourceVersion and batch of the
 // listed object r/name; version 0 when it is absent.
 func (l *listing) current(r resource, name string) (uint64, string, string) {
@@ -827,16 +801,4 @@ func (s *Store) cacheWrites(writes []write, rvs []string) {
 		}
 		s.entries[w.key] = e
 	}
-}
-
-func metaOf(obj any) *metav1.ObjectMeta {
-	switch o := obj.(type) {
-	case *leaseObject:
-		return &o.ObjectMeta
-	case *sliceObject:
-		return &o.ObjectMeta
-	case *quarantineObject:
-		return &o.ObjectMeta
-	}
-	return &metav1.ObjectMeta{}
 }
