@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
@@ -30,57 +29,11 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		bin, _ = filepath.Abs(filepath.Join("..", "bin", "kube-apiserver"))
-	}
-	etcd := os.Getenv("ETCD")
-	if etcd == "" {
-		etcd = "/usr/bin/etcd"
-	}
-	for _, b := range []string{bin, etcd} {
-		if _, err := os.Stat(b); err != nil {
-			if os.Getenv("E2E_K8S_REQUIRED") != "" {
-				fmt.Fprintf(os.Stderr, "e2e-k8s: %v (make e2e-k8s installs etcd-server and builds bin/kube-apiserver)\n", err)
-				return 1
-			}
-			fmt.Fprintf(os.Stderr, "e2e-k8s: skipped: %v; run make e2e-k8s\n", err)
-			return 0
-		}
-	}
-	dir, err := os.MkdirTemp("", "kstore-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx := context.Background()
-	start := time.Now()
-	srv, err = apiserver.Start(ctx, apiserver.Options{KubeAPIServer: bin, Etcd: etcd, Dir: dir})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-k8s:", err)
-		return 1
-	}
-	defer srv.Stop()
-	if err := srv.InstallCRDs(ctx, kube.CRDs, "crds/*.yaml"); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-k8s:", err)
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "e2e-k8s: kube-apiserver %s on etcd %s ready in %v\n", srv.URL, srv.EtcdURL, time.Since(start).Round(time.Millisecond))
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "e2e-k8s: logs: %s, %s\n", srv.APIServerLog, srv.EtcdLog)
-		// Keep the logs for the failure report.
-		if keep, err := os.MkdirTemp("", "kstore-e2e-logs"); err == nil {
-			for _, p := range []string{srv.APIServerLog, srv.EtcdLog} {
-				if b, err := os.ReadFile(p); err == nil {
-					_ = os.WriteFile(filepath.Join(keep, filepath.Base(p)), b, 0o644)
-				}
-			}
-			fmt.Fprintf(os.Stderr, "e2e-k8s: logs kept in %s\n", keep)
-		}
-	}
-	return code
+	return apiserver.RunTests("kstore-e2e", "make e2e-k8s installs etcd-server and builds bin/kube-apiserver", kube.CRDs, "crds/*.yaml",
+		func(s *apiserver.Server) int {
+			srv = s
+			return m.Run()
+		})
 }
 
 var (

@@ -39,46 +39,11 @@ func testMain(m *testing.M) int {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		return m.Run()
 	}
-	bin := os.Getenv("KUBE_APISERVER")
-	if bin == "" {
-		bin, _ = filepath.Abs(filepath.Join("..", "bin", "kube-apiserver"))
-	}
-	etcd := os.Getenv("ETCD")
-	if etcd == "" {
-		etcd = "/usr/bin/etcd"
-	}
-	for _, b := range []string{bin, etcd} {
-		if _, err := os.Stat(b); err != nil {
-			if os.Getenv("E2E_K8S_REQUIRED") != "" {
-				fmt.Fprintf(os.Stderr, "gang: %v (make kube-apiserver builds it)\n", err)
-				return 1
-			}
-			fmt.Fprintf(os.Stderr, "gang: skipped: %v; run make gang-bench\n", err)
-			return 0
-		}
-	}
-	dir, err := os.MkdirTemp("", "gang")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx := context.Background()
-	srv, err = apiserver.Start(ctx, apiserver.Options{KubeAPIServer: bin, Etcd: etcd, Dir: dir})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gang:", err)
-		return 1
-	}
-	defer srv.Stop()
-	if err := srv.InstallCRDs(ctx, kube.CRDs, "crds/*.yaml"); err != nil {
-		fmt.Fprintln(os.Stderr, "gang:", err)
-		return 1
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "gang: logs: %s, %s\n", srv.APIServerLog, srv.EtcdLog)
-	}
-	return code
+	return apiserver.RunTests("gang", "make gang-bench builds and installs them", kube.CRDs, "crds/*.yaml",
+		func(s *apiserver.Server) int {
+			srv = s
+			return m.Run()
+		})
 }
 
 // buildController builds slingshot-controller, as it ships, into dir.
