@@ -176,9 +176,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	}
 	if err == nil {
 		rec.Prepared = true
-		if err = m.store.put(rec); err == nil {
-			err = m.store.save()
-		}
+		err = m.record(rec)
 	}
 	if err != nil {
 		m.rollback(ctx, rec, created, fresh)
@@ -237,11 +235,9 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 		return fmt.Errorf("lease VNI for claim %s (pod %s/%s): %w", rec.Key(), pod.Namespace, pod.Name, err)
 	}
 	rec.LeaseKey, rec.VNI, rec.Scope, rec.Local = l.Key, l.VNI, string(l.Scope), l.Local
-	if err := m.store.put(rec); err == nil {
-		err = m.store.save()
-		if err == nil {
-			return nil
-		}
+	err = m.record(rec)
+	if err == nil {
+		return nil
 	}
 	m.store.remove(rec.UID)
 	m.release(ctx, rec)
@@ -448,10 +444,7 @@ func (m *Manager) Unprepare(ctx context.Context, uid string) (err error) {
 	}
 	if !rec.Unpreparing {
 		rec.Unpreparing = true
-		if err := m.store.put(rec); err != nil {
-			return err
-		}
-		if err := m.store.save(); err != nil {
+		if err := m.record(rec); err != nil {
 			return err
 		}
 	}
