@@ -120,6 +120,16 @@ func (h *leaseHolds) join(lease, pod string) bool {
 	return true
 }
 
+// count is the number of holders of lease.
+func (h *leaseHolds) count(lease string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.leases[lease]; e != nil {
+		return len(e.pods)
+	}
+	return 0
+}
+
 // restore records pod as a holder of lease, as the checkpoint says at
 // start, before any acquire or release runs.
 func (h *leaseHolds) restore(lease, pod string) {

@@ -17,8 +17,8 @@ func TestLeaseHoldsCrossingRelease(t *testing.T) {
 	if <-added {
 		t.Fatal("an acquire that began before a release of its lease was taken as fresh")
 	}
-	if holderCount(h, "job/ns/j") != 1 {
-		t.Fatalf("holders = %d, want pod b", holderCount(h, "job/ns/j"))
+	if h.count("job/ns/j") != 1 {
+		t.Fatalf("holders = %d, want pod b", h.count("job/ns/j"))
 	}
 	// Now b holds it: a's second drop (a retry) is not the last.
 	if h.drop("job/ns/j", "ns/a") {
@@ -49,14 +49,4 @@ func TestLeaseHoldsForgetIdleLeases(t *testing.T) {
 	if len(h.leases) != 0 || len(h.pending) != 0 {
 		t.Fatalf("leases %v, pending %v: want both empty", h.leases, h.pending)
 	}
-}
-
-// holderCount returns how many pods hold lease.
-func holderCount(h *leaseHolds, lease string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.leases[lease]; e != nil {
-		return len(e.pods)
-	}
-	return 0
 }

@@ -203,12 +203,4 @@ func (l *Leases) Release(ctx context.Context, holder string, lease controllercli
 }
 
 // Holders counts the local holders of lease key.
-func (l *Leases) Holders(key string) int {
-	h := l.holds
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.leases[key]; e != nil {
-		return len(e.pods)
-	}
-	return 0
-}
+func (l *Leases) Holders(key string) int { return l.holds.count(key) }
