@@ -35,8 +35,11 @@ type draFront struct {
 	// bound, so the agent is not ready and Prepare is refused.
 	nri *dra.NRIState
 
-	mu  sync.Mutex  // guards drv
+	mu  sync.Mutex  // guards drv and ctx
 	drv *dra.Driver // nil until start registers it
+	// ctx is the run's, from start: a republish on a health change stops
+	// with the agent.
+	ctx context.Context
 }
 
 // buildDRA makes the DRA front end over the binder's NICs and the
@@ -164,7 +167,7 @@ func (d *draFront) start(ctx context.Context, fatal func(error)) error {
 		return err
 	}
 	d.mu.Lock()
-	d.drv = drv
+	d.drv, d.ctx = drv, ctx
 	d.mu.Unlock()
 	d.publish(ctx)
 	return nil
@@ -194,7 +197,14 @@ func (d *draFront) loops(ctx context.Context) []func() error {
 
 // healthChanged republishes the ResourceSlice: a NIC's health is its
 // device taint, which the scheduler reads.
-func (d *draFront) healthChanged() { d.publish(context.Background()) }
+func (d *draFront) healthChanged() {
+	d.mu.Lock()
+	ctx := d.ctx
+	d.mu.Unlock()
+	if ctx != nil {
+		d.publish(ctx)
+	}
+}
 
 func (d *draFront) serving() bool {
 	d.mu.Lock()
