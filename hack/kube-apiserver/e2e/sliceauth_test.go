@@ -202,7 +202,7 @@ func TestIssue24Item5AgentWritesAnotherNodesResourceSlice(t *testing.T) {
 		t.Fatalf("create its own node's slice: %v", err)
 	}
 	s.Spec.Pool.Generation++
-	if s, err = slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+	if _, err = slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("update its own node's slice: %v", err)
 	}
 	// (spec.nodeName is immutable: the API server itself refuses moving
