@@ -177,7 +177,7 @@ func WriteNodes(w io.Writer, nodes []NodeView) error {
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, readyString(r.Ready), nicsString(r.NICs), unhealthy(r.NICs),
-			podServices(r.Services), len(r.Pods)+len(r.Claims), poolString(r.PodVNIPool), ipPools(r), taints)
+			podServices(r), len(r.Pods)+len(r.Claims), poolString(r.PodVNIPool), ipPools(r), taints)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -224,14 +224,18 @@ func unhealthy(nics []inspect.NIC) string {
 	return orDash(strings.Join(s, ", "))
 }
 
-// podServices counts the services the agent made for pods and claims:
-// the driver's system services are not counted.
-func podServices(svcs []inspect.Service) int {
+// podServices counts the services the agent made for pods (which name
+// their pod) and for DRA claims (which the claims name): neither the
+// driver's system services nor other tools' are counted.
+func podServices(r *inspect.Report) int {
 	n := 0
-	for _, s := range svcs {
-		if !s.System {
+	for _, s := range r.Services {
+		if s.Pod != "" {
 			n++
 		}
+	}
+	for _, c := range r.Claims {
+		n += len(c.Services)
 	}
 	return n
 }

@@ -41,6 +41,8 @@ func fixtureReport() *inspect.Report {
 			{NIC: "cxi1", ID: 13, Enabled: true, VNIs: []uint16{1042}, Members: []string{"netns=4026532000"}, Pod: "team-a/allreduce-0"},
 			{NIC: "cxi0", ID: 14, Enabled: true, VNIs: []uint16{2050}, Members: []string{"netns=4026532111"}, Pod: "team-b/solo"},
 			{NIC: "cxi1", ID: 20, Enabled: true, VNIs: []uint16{1043}, Members: []string{"netns=4026532222"}},
+			// Another tool's service: no pod's, no claim's.
+			{NIC: "cxi1", ID: 30, Enabled: true, VNIs: []uint16{3000}, Members: []string{"uid=1000"}},
 		},
 		Pods: []inspect.Pod{
 			{Namespace: "team-a", Name: "allreduce-0", UID: "uid-a", VNI: 1042, Scope: "job", NICs: []string{"cxi0", "cxi1"}, State: "running", HSN: "hsn0 10.150.3.7/16 on hsn0"},
