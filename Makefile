@@ -38,7 +38,7 @@ e2e:
 demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
-## check: everything CI runs (the README's test command)
+## check: everything CI runs (the README's test command, exactly what .ci/run runs)
 check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl
 
 ## lint: formatting, vet and staticcheck

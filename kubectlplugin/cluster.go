@@ -25,7 +25,7 @@ var (
 	// ErrNoCRDs: the API server does not serve the store's resources.
 	ErrNoCRDs = errors.New("the Slingshot CRDs are not installed (install the chart, or kubectl apply -f deploy/crds/)")
 	// ErrForbidden: RBAC refused a read the command needs.
-	ErrForbidden = errors.New("permission denied (bind the ClusterRole slingshot-viewer, see the README's kubectl slingshot section)")
+	ErrForbidden = errors.New("permission denied (bind the ClusterRole slingshot-viewer, see docs/operations.md)")
 	// ErrNoStore: no controller keeps its leases in the Kubernetes API.
 	ErrNoStore = errors.New("no controller keeps its leases in the Kubernetes API (no StoreJournal found): the controller's store is sqlite (controller.store=sqlite, the chart's default) or the controller is off; `kubectl slingshot pod` and `nodes` still show what the agents hold")
 	// ErrPodNotFound: no such pod.
