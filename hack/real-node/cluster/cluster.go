@@ -207,10 +207,10 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		}
 	}
 	if o.API == APIDRA {
-		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in each of %d nodes' ResourceSlices, in %s", e.chartDRA, e.PhysicalNICs(), len(e.nodes), time.Since(start).Round(time.Millisecond))
+		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in the ResourceSlices of each of %d node(s), in %s", e.chartDRA, e.PhysicalNICs(), len(e.nodes), time.Since(start).Round(time.Millisecond))
 		return e, nil
 	}
-	o.logf("cluster: chart installed, %s=%d allocatable on each of %d nodes, in %s", Resource, e.Capacity, len(e.nodes), time.Since(start).Round(time.Millisecond))
+	o.logf("cluster: chart installed, %s=%d allocatable on each of %d node(s), in %s", Resource, e.Capacity, len(e.nodes), time.Since(start).Round(time.Millisecond))
 	return e, nil
 }
 

@@ -222,7 +222,8 @@ func EnvFile(pid int, path string) (map[string]string, error) {
 }
 
 // Describe summarises pods and recent events of every namespace, and the
-// end of the agent's and the kubelet's logs, for a failure message.
+// end of each node's kubelet's and agent's logs (and the controller's),
+// for a failure message.
 func (e *Env) Describe(ctx context.Context) string {
 	var b strings.Builder
 	c := e.Node.Client.CoreV1()
@@ -241,9 +242,11 @@ func (e *Env) Describe(ctx context.Context) string {
 		}
 	}
 	e.describeClaims(ctx, &b)
-	fmt.Fprintf(&b, "--- %s kubelet log (end):\n%s\n", e.Node.Name, node.TailFile(e.Node.KubeletLog(), 20))
-	for _, name := range []string{"agent", "controller"} {
-		fmt.Fprintf(&b, "--- %s container log (end):\n%s\n", name, e.containerLog(name, 30))
+	for _, ne := range e.Nodes() {
+		fmt.Fprintf(&b, "--- %s kubelet log (end):\n%s\n", ne.Node.Name, node.TailFile(ne.Node.KubeletLog(), 20))
+		for _, name := range []string{"agent", "controller"} {
+			fmt.Fprintf(&b, "--- %s %s container log (end):\n%s\n", ne.Node.Name, name, ne.containerLog(name, 30))
+		}
 	}
 	return b.String()
 }
