@@ -4,6 +4,8 @@
 // can stop and start again. Everything the node writes is under one root
 // directory, and it runs as the init of its own PID, mount and network
 // namespaces ([Enter]), so that nothing of it outlives the run.
+// [StartCluster] runs one control plane and several nodes instead, each
+// node's containerd and kubelet in namespaces of their own.
 package node
 
 import (
@@ -78,8 +80,9 @@ type Options struct {
 	cgroupRoot, logDir string
 }
 
-// Node is a running single-node cluster. Tests restart its components
-// through the Procs.
+// Node is a running single-node cluster (Start), or one node of a Cluster
+// (StartCluster). Tests restart the components of Start's node through
+// the Procs.
 type Node struct {
 	opts Options
 	pki  *pki
@@ -102,7 +105,7 @@ type Node struct {
 	// Etcd, APIServer, ControllerManager and Scheduler are the control
 	// plane's, shared by every node of a cluster (StartCluster).
 	// Containerd and Kubelet are nil on a node of a cluster: they run in
-	// the node's own namespaces, under its init (Stop and Restart).
+	// the node's own namespaces, under its init (Stop stops it).
 	Etcd, APIServer, ControllerManager, Scheduler, Containerd, Kubelet *Proc
 
 	// apiHost is the API server's address as the node reaches it; "":
@@ -110,7 +113,7 @@ type Node struct {
 	apiHost string
 	// hostRoot is where this process finds opts.Root, which the node's
 	// own processes see at opts.Root: the same directory for Start's
-	// node, another for a node of a cluster (see clusterNode).
+	// node, ClusterNodeRoot for a node of a cluster.
 	hostRoot string
 	// worker is the init of a cluster node's namespaces; nil for Start's.
 	worker *worker
