@@ -26,9 +26,10 @@ var (
 const (
 	// nodes in the cluster.
 	nodes = 2
-	// sliceGrace is the controller's --slice-grace: how long a deleted
-	// node keeps its holds. Short, so TestMultiNodeDeleted sees it end,
-	// long enough to see the holds kept meanwhile.
+	// sliceGrace is the controller's --slice-grace (the chart's
+	// controller.sliceGrace): how long a deleted node keeps its holds.
+	// Short, so TestMultiNodeDeleted sees it end, long enough to see the
+	// holds kept meanwhile.
 	sliceGrace = 20 * time.Second
 	// sweepInterval is the controller's --sweep-interval: how soon after
 	// the grace the holds go.
@@ -49,7 +50,8 @@ func TestMain(m *testing.M) {
 			AgentArgs: []string{"--controller-heartbeat=2s"},
 			Values: map[string]any{"controller": map[string]any{
 				"podVNIRange": podVNIRange, "podVNISliceSize": podVNISliceSize,
-				"extraArgs": []any{"--slice-grace=" + sliceGrace.String(), "--sweep-interval=" + sweepInterval.String()},
+				"sliceGrace": sliceGrace.String(),
+				"extraArgs":  []any{"--sweep-interval=" + sweepInterval.String()},
 			}},
 		}
 	}, func(e *cluster.Env) { env = e }))
