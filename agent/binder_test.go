@@ -81,6 +81,8 @@ type fakeLeaser struct {
 	held     map[string]uint16 // pod key → VNI
 	released []string
 	failNext error
+	// failRelease fails every release while set.
+	failRelease error
 }
 
 func (l *fakeLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
@@ -103,6 +105,9 @@ func (l *fakeLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef)
 func (l *fakeLeaser) ReleaseJobVNI(_ context.Context, lease controllerclient.Lease) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failRelease != nil {
+		return l.failRelease
+	}
 	key := lease.Key
 	if l.held[key] != lease.VNI {
 		return fmt.Errorf("release of %s VNI %d not held", key, lease.VNI)
