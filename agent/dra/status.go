@@ -96,6 +96,8 @@ type StatusQueue struct {
 	w   ClaimStatusWriter
 	log *slog.Logger
 	m   *Metrics
+	// retry paces the rounds after one with failures.
+	retry backoff.Policy
 
 	mu      sync.Mutex
 	pending map[string]queued // by claim UID: the latest status only
@@ -112,7 +114,8 @@ func NewStatusQueue(w ClaimStatusWriter, log *slog.Logger, m *Metrics) *StatusQu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &StatusQueue{w: w, log: log, m: m, pending: map[string]queued{}, kick: make(chan struct{}, 1)}
+	return &StatusQueue{w: w, log: log, m: m, pending: map[string]queued{}, kick: make(chan struct{}, 1),
+		retry: backoff.Policy{Initial: time.Second, Max: 10 * time.Second, Factor: 2, Jitter: 0.2}}
 }
 
 // enqueue replaces what is queued for the claim with st.
@@ -132,7 +135,6 @@ func (q *StatusQueue) enqueue(st ClaimStatus) {
 // Run writes what is queued until ctx ends; a round with failures is
 // followed by a pause before the retries.
 func (q *StatusQueue) Run(ctx context.Context) error {
-	retry := backoff.Policy{Initial: time.Second, Max: 10 * time.Second, Factor: 2, Jitter: 0.2}
 	for round := 0; ; {
 		select {
 		case <-ctx.Done():
@@ -143,7 +145,7 @@ func (q *StatusQueue) Run(ctx context.Context) error {
 			round = 0
 			continue
 		}
-		if err := backoff.Sleep(ctx, retry.Delay(min(round, 4))); err != nil {
+		if err := backoff.Sleep(ctx, q.retry.Delay(min(round, 4))); err != nil {
 			return nil
 		}
 		round++
