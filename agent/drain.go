@@ -150,7 +150,7 @@ func (w *drainWatch) pass(ctx context.Context) {
 		w.told[p.owner] = true
 		w.logger.Warn("services of a gone holder still busy past cleanup.drainAfter; its VNI stays held", "holder", p.owner, "services", p.services, "drain_after", after)
 		for _, pod := range p.pods {
-			w.events.Record(pod, event.CleanupStuck, fmt.Sprintf("CXI services %s made for this pod are still busy %s after it ended", strings.Join(p.services, ", "), after))
+			w.events.Record(pod, event.CleanupStuck, fmt.Sprintf("CXI services %s made for this pod are still busy more than %s after its cleanup began", strings.Join(p.services, ", "), after))
 		}
 	}
 	w.stuckG(n)
@@ -184,9 +184,9 @@ func (w *drainWatch) apply(ctx context.Context, stuck []pendingDestroy) {
 		}
 		slices.Sort(owners)
 		w.logger.Warn("tainted the node: services still busy past cleanup.drainAfter", "taint", CleanupTaintKey+":NoSchedule", "holders", owners)
-		w.events.Record(node, event.NodeCleanupStuck, fmt.Sprintf("Services of %s are still busy %s after they ended", strings.Join(owners, ", "), w.drainAfter()))
+		w.events.Record(node, event.NodeCleanupStuck, fmt.Sprintf("CXI services of %s are still busy more than %s after their cleanup began", strings.Join(owners, ", "), w.drainAfter()))
 		return
 	}
 	w.logger.Info("removed the node's cleanup-stuck taint: every stuck service is destroyed", "taint", CleanupTaintKey)
-	w.events.Record(node, event.NodeCleanupDone, "Every CXI service that was stuck is destroyed")
+	w.events.Record(node, event.NodeCleanupDone, "") // the catalogue's text says it all
 }
