@@ -2,11 +2,14 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/internal/netreq"
 )
 
 // TestPreStartRefusalEvent: a refused bind is told on its pod, with the
@@ -121,5 +124,31 @@ func TestDefaultServiceEvents(t *testing.T) {
 	g.check(t.Context())
 	if shut := r.events.of(event.DefaultServiceShut); len(shut) != 1 || !strings.Contains(shut[0].what, "cxi1") {
 		t.Fatalf("closed events %+v, want one naming cxi1", shut)
+	}
+}
+
+// TestIPSliceLostEvent: a slice the controller no longer leases the node
+// is told on the node when addresses of it are in use here, with how
+// many; an empty or unknown one is not.
+func TestIPSliceLostEvent(t *testing.T) {
+	h := newIPSController(t, "hsn0=10.150.0.0/22:/24")
+	n := h.newNode(t, "node-a", 1)
+	if _, err := n.allocate(t.Context(), "x", netreq.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	used := -1
+	for i := range n.slices("hsn0") {
+		used = i
+	}
+	ev := &capturedEvents{}
+	holder := sliceHolder{a: n.alloc, events: ev, node: "node-a"}
+	holder.SlicesHeld(nil, []controllerclient.SliceReport{
+		{Pool: "hsn0", Index: used, Allocated: 1, Open: true},
+		{Pool: "hsn0", Index: (used + 1) % 4}, // not the node's
+	})
+	got := ev.of(event.IPSliceLost)
+	want := fmt.Sprintf("slice %d of IP pool hsn0", used)
+	if len(got) != 1 || got[0].obj != event.Node("node-a") || !strings.Contains(got[0].what, want) || !strings.Contains(got[0].what, "1 addresses") {
+		t.Fatalf("events %+v, want one on node-a naming %q and its 1 address", got, want)
 	}
 }
