@@ -16,7 +16,8 @@ TAGS      ?=
 
 all: build
 
-## build: static binaries of the programs (agent, controller, slingshot-ipam) into ./bin
+## build: static binaries of the programs (agent, controller, slingshot-ipam,
+## kubectl-slingshot) into ./bin
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
@@ -38,7 +39,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command)
-check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra
+check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -162,6 +163,15 @@ K8S_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.1 \
 e2e-node: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2e $(E2E_NODE_FLAGS)
+
+## e2e-node-kubectl: kubectl slingshot (vnis, pod, nodes) on the same kind
+## of node, its controller on the Kubernetes store (hack/real-node/e2ekubectl):
+## a running Job's VNI and services, the agent asked through pods/exec.
+## E2E_NODE_FLAGS as for e2e-node.
+.PHONY: e2e-node-kubectl
+e2e-node-kubectl: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2ekubectl $(E2E_NODE_FLAGS)
 
 ## e2e-node-dra: the agent's DRA front end on the same kind of node
 ## (hack/real-node/e2edra, chart value api=dra): the node's ResourceSlice,

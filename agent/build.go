@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
@@ -63,6 +64,7 @@ type parts struct {
 	// agent's events through it (event.Nop without it), kevents is its
 	// broadcaster (nil without it).
 	kube    kubernetes.Interface
+	kcfg    *rest.Config // nil with --no-kube
 	events  eventRecorder
 	kevents *kubeEvents
 	// drainAfter is cleanup.drainAfter, reloadable; drain taints the node
@@ -128,6 +130,7 @@ func (a *parts) buildKube(context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.kcfg = kcfg
 	if a.kube, err = kubernetes.NewForConfig(kcfg); err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -35,6 +35,8 @@ type draFront struct {
 	nri *dra.NRIState
 	// status writes the prepared claims' status.devices.
 	status *dra.StatusQueue
+	// pods are this node's pods' labels, for sharing a Job's lease.
+	pods *podMetaWatch
 
 	mu  sync.Mutex  // guards drv and ctx
 	drv *dra.Driver // nil until start registers it
@@ -55,6 +57,10 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	a.inv = newInventory(a.served, 1)
 	kube := a.kube
+	pods, err := newPodMetaWatch(a.kcfg, a.opts.NodeName)
+	if err != nil {
+		return err
+	}
 	cdiDir := a.cfg.CDI.SpecDir
 	w, err := cdispec.New(cdiDir, a.cfg.NICResource.Name)
 	if err != nil {
@@ -80,7 +86,7 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
-		NICs: nics, Leases: a.b.leases, CDI: w, BindReady: nri.Ready,
+		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits}
@@ -101,7 +107,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)
 	}
-	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, status: status}
+	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, status: status, pods: pods}
 	return nil
 }
 
@@ -173,6 +179,7 @@ func (d *draFront) loops(ctx context.Context) []func() error {
 		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
 		func() error { return collector.Run(ctx, grace/5) },
 		func() error { return d.status.Run(ctx) },
+		func() error { return d.pods.run(ctx) },
 	}
 }
 

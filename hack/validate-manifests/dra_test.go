@@ -117,7 +117,8 @@ func TestRenderAgentRBAC(t *testing.T) {
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
 			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{"cxi.slingshot.hpe.com"},
-				Verbs: []string{"associated-node:patch", "associated-node:update"}})},
+				Verbs: []string{"associated-node:patch", "associated-node:update"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderObjects(t, tc.values)

@@ -124,7 +124,7 @@ func Build(ctx context.Context, o Options) error {
 	}
 	bin := filepath.Join(o.Root, "bin")
 	start := time.Now()
-	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam"); err != nil {
+	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam", "./cmd/kubectl-slingshot"); err != nil {
 		return err
 	}
 	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
@@ -293,7 +293,10 @@ func (e *Env) importImages(ctx context.Context, bin string) error {
 			"/usr/local/bin/slingshot-ipam":  filepath.Join(bin, "slingshot-ipam"),
 		},
 			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
-		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller")},
+		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{
+			"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller"),
+			"/usr/local/bin/kubectl-slingshot":    filepath.Join(bin, "kubectl-slingshot"),
+		},
 			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
 	}
 	dir := filepath.Join(e.opts.Root, "images")
@@ -426,6 +429,10 @@ func (e *Env) WaitDaemonSetReady(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// PluginPath is kubectl-slingshot as Build built it from the project
+// (the kubectl plugin, which the controller's image carries too).
+func (e *Env) PluginPath() string { return filepath.Join(e.opts.Root, "bin", "kubectl-slingshot") }
 
 // KubectlPath is the kubectl built beside the node's components.
 func (e *Env) KubectlPath() string { return filepath.Join(e.opts.BinDir, "kubectl") }
