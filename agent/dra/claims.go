@@ -1022,6 +1022,7 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 				if err := m.writeSpec(rec); err != nil {
 					m.log.Error("rewrite a claim's CDI spec", "claim", rec.Key(), "err", err)
 				}
+				m.cfg.Status.enqueue(m.statusOf(rec)) // new service IDs; written once the queue runs
 			}
 			if err := m.store.put(rec); err != nil {
 				m.log.Error("record claim", "claim", rec.Key(), "err", err)
