@@ -13,6 +13,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -112,8 +113,10 @@ type binder struct {
 	files   *allocFiles
 	store   *checkpoint.Store
 	metrics *metrics
-	now     func() time.Time
-	pol     atomic.Pointer[policy]
+	// events tells the pods and the node what only the log would know.
+	events eventRecorder
+	now    func() time.Time
+	pol    atomic.Pointer[policy]
 
 	// podLocks orders the steps of one pod: one bind or cleanup at a
 	// time. An allocation's files have their own order (allocFiles),
@@ -198,6 +201,19 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	if err != nil {
 		return err
 	}
+	// From here the pod is known: a refusal is told on it, for whoever
+	// reads `kubectl describe pod` (the kubelet's own event says only that
+	// PreStartContainer failed).
+	defer func() {
+		if err != nil {
+			reason := event.BindRefused
+			if errors.Is(err, errAddressRefused) {
+				reason = event.AddressRefused
+			}
+			b.events.Record(event.Pod(pod.Namespace, pod.Name, pod.UID), reason,
+				fmt.Sprintf("Container %s: %v", container, err))
+		}
+	}()
 	key := pod.Key()
 	unlock := b.podLocks.Lock(key)
 	defer unlock()
@@ -316,6 +332,10 @@ func shareKey(pod *podwatch.Pod, h nsHandle) string {
 func (b *binder) release(ctx context.Context, key string, lease controllerclient.Lease) bool {
 	if err := b.leases.Release(ctx, key, lease); err != nil {
 		b.logger.Warn("release VNI; will retry", "pod", key, "vni", lease.VNI, "err", err)
+		if p, ok := b.store.Get(key); ok {
+			b.events.Record(event.Pod(p.Namespace, p.Name, p.UID), event.LeaseReleaseFailed,
+				fmt.Sprintf("Releasing this node's hold on VNI %d failed: %v", lease.VNI, err))
+		}
 		return false
 	}
 	return true

@@ -81,6 +81,8 @@ type fakeLeaser struct {
 	held     map[string]uint16 // pod key → VNI
 	released []string
 	failNext error
+	// failRelease fails every release while set.
+	failRelease error
 }
 
 func (l *fakeLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef) (controllerclient.Lease, error) {
@@ -103,6 +105,9 @@ func (l *fakeLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef)
 func (l *fakeLeaser) ReleaseJobVNI(_ context.Context, lease controllerclient.Lease) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failRelease != nil {
+		return l.failRelease
+	}
 	key := lease.Key
 	if l.held[key] != lease.VNI {
 		return fmt.Errorf("release of %s VNI %d not held", key, lease.VNI)
@@ -141,6 +146,7 @@ type rig struct {
 	leaser *fakeLeaser
 	sims   map[string]*sim.Device
 	dir    string
+	events *capturedEvents
 }
 
 const (
@@ -153,7 +159,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	if leaser == nil {
 		leaser = &fakeLeaser{held: map[string]uint16{}}
 	}
-	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir}
+	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir, events: &capturedEvents{}}
 	r.pods.set()
 	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res)
 	if err != nil {
@@ -166,7 +172,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		resolve: map[string]func([]string) ([]*nic, error){},
 		pods:    r.pods, netns: netns,
 		files:   &allocFiles{dir: filepath.Join(dir, "containers"), cdi: cdiw},
-		metrics: m, now: time.Now,
+		metrics: m, events: r.events, now: time.Now,
 	}
 	b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses})
 	fastRetry := backoff.Policy{Initial: time.Millisecond, Attempts: 3, Wait: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}

@@ -16,11 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
@@ -57,6 +60,18 @@ type parts struct {
 	ipamSrv    *http.Server // nil without --ipam-socket
 	ipamLis    net.Listener
 
+	// kube is the Kubernetes API, nil with --no-kube; events writes the
+	// agent's events through it (event.Nop without it), kevents is its
+	// broadcaster (nil without it).
+	kube    kubernetes.Interface
+	kcfg    *rest.Config // nil with --no-kube
+	events  eventRecorder
+	kevents *kubeEvents
+	// drainAfter is cleanup.drainAfter, reloadable; drain taints the node
+	// while services stay busy past it.
+	drainAfter atomic.Int64
+	drain      *drainWatch
+
 	closers []io.Closer
 }
 
@@ -71,9 +86,9 @@ func (a *parts) close() {
 // parts made so far are returned for closing.
 func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, error) {
 	a := &parts{opts: opts, logger: logger}
-	steps := []func(context.Context) error{a.buildBase, a.buildNICs, a.buildResources, a.buildState, a.buildIPAM, a.buildServing}
+	steps := []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildResources, a.buildState, a.buildIPAM, a.buildServing}
 	if opts.API == APIDRA {
-		steps = []func(context.Context) error{a.buildBase, a.buildNICs, a.buildState, a.buildDRA, a.buildIPAM, a.buildServing}
+		steps = []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildState, a.buildDRA, a.buildIPAM, a.buildServing}
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -99,6 +114,30 @@ func (a *parts) buildBase(context.Context) error {
 	if err := a.m.register(a.reg); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	return nil
+}
+
+// buildKube makes the Kubernetes client and the events written through
+// it, limited (event.Limited); with --no-kube, none.
+func (a *parts) buildKube(context.Context) error {
+	a.drainAfter.Store(int64(a.cfg.Cleanup.DrainAfter.Duration))
+	if a.opts.NoKube {
+		a.logger.Warn("--no-kube: no Kubernetes API; events are off, and a node that cannot clean up is not tainted")
+		a.events = event.Nop{}
+		return nil
+	}
+	kcfg, err := kubeConfig(a.opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	a.kcfg = kcfg
+	if a.kube, err = kubernetes.NewForConfig(kcfg); err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	a.kevents = newKubeEvents(a.kube)
+	a.events = event.NewLimited(a.kevents, event.DefaultLimits, time.Now, func(r event.Reason) {
+		a.m.eventsDropped.WithLabelValues(string(r)).Inc()
+	})
 	return nil
 }
 
@@ -133,6 +172,7 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		netns:    handles{finder},
 		files:    &allocFiles{dir: allocDir},
 		metrics:  a.m,
+		events:   a.events,
 		now:      time.Now,
 	}
 	a.b.setPolicy(policyFrom(cfg))
@@ -305,6 +345,15 @@ func (a *parts) buildServing(context.Context) error {
 		Registerer:   a.reg,
 	})
 	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
+	a.dsvc.events, a.dsvc.node = a.events, a.opts.NodeName
+	a.drain = &drainWatch{
+		node: a.opts.NodeName, after: &a.drainAfter, pending: a.fe.pendingDestroys,
+		events: a.events, logger: a.logger.With("component", "drain"), now: time.Now,
+		stuckG: func(n int) { a.m.cleanupStuck.Set(float64(n)) },
+	}
+	if a.kube != nil {
+		a.drain.taint = nodeTaints{client: a.kube, node: a.opts.NodeName}
+	}
 	var err error
 	if a.httpSrv, a.lis, err = serveHTTP(a.opts.MetricsAddr, a.opts.InspectAddr, a.reg, &a.ready, a.serving, a.report, a.notReady); err != nil {
 		return err
@@ -334,6 +383,7 @@ func (a *parts) report(ctx context.Context) *inspect.Report {
 func (a *parts) reload(c config.Config) {
 	a.b.setPolicy(policyFrom(c))
 	a.dsvc.setAllow(c.AllowOpenDefaultService)
+	a.drainAfter.Store(int64(c.Cleanup.DrainAfter.Duration))
 	a.fe.reload(c)
 	old := a.cfg
 	// The hsn interface is part of the policy, applied at once to the
@@ -351,6 +401,14 @@ func (a *parts) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	g, gctx := errgroup.WithContext(ctx)
+	if a.kevents != nil {
+		// Before anything that records: events made before the sink is
+		// started go nowhere.
+		if err := a.kevents.start(gctx); err != nil {
+			return err
+		}
+		defer a.kevents.stop()
+	}
 	g.Go(func() error { return a.client.Run(gctx) })
 	if err := a.fe.start(gctx, func(err error) { cancel(err) }); err != nil {
 		cancel(err)
@@ -367,6 +425,7 @@ func (a *parts) run(ctx context.Context) error {
 	g.Go(func() error { a.followHealth(); return nil })
 	a.dsvc.check(gctx) // at start, then every health poll: an admin may enable it later
 	g.Go(func() error { return a.dsvc.run(gctx, a.cfg.Health.PollInterval.Duration) })
+	g.Go(func() error { return a.drain.run(gctx) })
 	if a.cfgWatcher != nil {
 		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
 	}
@@ -438,8 +497,28 @@ func (a *parts) followHealth() {
 	for ev := range a.mon.Events() {
 		if a.inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
 			a.logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
+			a.events.Record(event.Node(a.opts.NodeName), healthReason(ev.Healthy), healthMessage(ev.NIC, ev.Healthy, ev.Reason))
 			a.fe.healthChanged()
 		}
 		a.m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
 	}
+}
+
+// healthReason is the event of a NIC's health change.
+func healthReason(healthy bool) event.Reason {
+	if healthy {
+		return event.NICHealthy
+	}
+	return event.NICUnhealthy
+}
+
+// healthMessage says which NIC changed, and why it is unhealthy.
+func healthMessage(nic string, healthy bool, reason string) string {
+	if healthy {
+		return "NIC " + nic + " is healthy again"
+	}
+	if reason == "" {
+		reason = "unhealthy"
+	}
+	return "NIC " + nic + " is unhealthy: " + reason
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
@@ -84,11 +85,11 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 	if entry.Exited == nil {
 		var err error
 		if entry, err = b.update(key, func(p *checkpoint.Pod) { t := b.now().UTC(); p.Exited = &t }); err != nil {
-			b.logger.Error("mark a gone pod exited; will retry", "pod", key, "err", err)
+			b.recordFailed(key, fmt.Errorf("mark the pod exited: %w", err))
 			return false
 		}
 		if err := b.save(); err != nil {
-			b.logger.Error("save checkpoint", "err", err)
+			b.recordFailed(key, err)
 		}
 	}
 	for _, s := range entry.Services {
@@ -109,13 +110,13 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 	}
 	if left, _ := b.store.Get(key); len(left.Services) > 0 {
 		if err := b.save(); err != nil {
-			b.logger.Error("save checkpoint", "err", err)
+			b.recordFailed(key, err)
 		}
 		return false
 	}
 	if !b.dropHSN(key, b.ns.Get(key)) {
 		if err := b.save(); err != nil {
-			b.logger.Error("save checkpoint", "err", err)
+			b.recordFailed(key, err)
 		}
 		return false
 	}
@@ -125,16 +126,24 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 			return false
 		}
 		if _, err := b.update(key, func(p *checkpoint.Pod) { p.Released = true }); err != nil {
-			b.logger.Error("mark a pod's lease released", "pod", key, "err", err)
+			b.recordFailed(key, fmt.Errorf("mark the pod's lease released: %w", err))
 		}
 	}
 	b.store.Delete(key)
 	if err := b.save(); err != nil {
-		b.logger.Error("save checkpoint", "err", err)
+		b.recordFailed(key, err)
 	}
 	b.metrics.cleanupLatency.Observe(b.now().Sub(*entry.Exited).Seconds())
 	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(entry.Services))
 	return true
+}
+
+// recordFailed tells of a checkpoint write that failed while cleaning up
+// pod key: logged, and an event on the node, whose record it is. The
+// cleanup keeps what it could not record and retries.
+func (b *binder) recordFailed(key string, err error) {
+	b.logger.Error("record a pod's cleanup; will retry", "pod", key, "err", err)
+	b.events.Record(event.Node(b.node), event.RecordFailed, fmt.Sprintf("Cleaning up pod %s: %v", key, err))
 }
 
 // removeAllocation removes an allocation's per-container directory and
@@ -171,4 +180,22 @@ func (b *binder) destroy(ctx context.Context, s checkpoint.Service) error {
 		return fmt.Errorf("destroy service %d on %s: %w", s.ID, s.NIC, err)
 	}
 	return nil
+}
+
+// pendingDestroys are the gone pods whose services are not destroyed yet,
+// dated from when their cleanup began (the record's Exited), for the
+// drain watch.
+func (b *binder) pendingDestroys() []pendingDestroy {
+	var out []pendingDestroy
+	for _, p := range b.store.Pods() {
+		if p.Exited == nil || len(p.Services) == 0 {
+			continue
+		}
+		d := pendingDestroy{owner: "pod " + p.Key(), pods: []event.Object{event.Pod(p.Namespace, p.Name, p.UID)}, since: *p.Exited}
+		for _, s := range p.Services {
+			d.services = append(d.services, fmt.Sprintf("%s:%d", s.NIC, s.ID))
+		}
+		out = append(out, d)
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
@@ -29,6 +30,9 @@ type defaultServiceGuard struct {
 	logger *slog.Logger
 	// allow is allowOpenDefaultService, swapped on a configuration reload.
 	allow atomic.Bool
+	// events tell the node of each change; node is its name.
+	events eventRecorder
+	node   string
 
 	mu    sync.Mutex
 	state map[string]defaultServiceState // by NIC name; absent until checked
@@ -41,7 +45,7 @@ type defaultServiceState struct {
 }
 
 func newDefaultServiceGuard(b *binder, m *metrics, logger *slog.Logger, allow bool) *defaultServiceGuard {
-	g := &defaultServiceGuard{m: m, logger: logger.With("component", "default-service"), state: map[string]defaultServiceState{}}
+	g := &defaultServiceGuard{m: m, logger: logger.With("component", "default-service"), state: map[string]defaultServiceState{}, events: event.Nop{}}
 	for _, n := range b.nics {
 		g.nics = append(g.nics, n)
 	}
@@ -101,9 +105,14 @@ func (g *defaultServiceGuard) record(name string, now defaultServiceState) {
 	case now.finding.Open && g.allow.Load():
 		g.logger.Warn("the default CXI service is open, as allowOpenDefaultService accepts: pods of different jobs can share its VNIs",
 			"nic", name, "svc_id", cxi.DefaultServiceID, "found", now.finding.Reason)
+		g.events.Record(event.Node(g.node), event.DefaultServiceOpen, fmt.Sprintf("The default CXI service of %s is open (%s); allowOpenDefaultService accepts it", name, now.finding.Reason))
 	case now.finding.Open:
 		g.logger.Error("the default CXI service is open: pods of different jobs can share its VNIs; not ready until it is disabled, or allowOpenDefaultService accepts it",
 			"nic", name, "svc_id", cxi.DefaultServiceID, "found", now.finding.Reason)
+		g.events.Record(event.Node(g.node), event.DefaultServiceOpen, fmt.Sprintf("The default CXI service of %s is open (%s)", name, now.finding.Reason))
+	case seen && before.err == nil && before.finding.Open:
+		g.logger.Info("the default CXI service is closed again", "nic", name, "found", now.finding.Reason)
+		g.events.Record(event.Node(g.node), event.DefaultServiceShut, fmt.Sprintf("The default CXI service of %s is closed again (%s)", name, now.finding.Reason))
 	case seen:
 		g.logger.Info("the default CXI service is closed again", "nic", name, "found", now.finding.Reason)
 	}

@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
@@ -34,6 +33,8 @@ type draFront struct {
 	// nri is the runtime's NRI connection: without it no claim can be
 	// bound, so the agent is not ready and Prepare is refused.
 	nri *dra.NRIState
+	// status writes the prepared claims' status.devices.
+	status *dra.StatusQueue
 	// pods are this node's pods' labels, for sharing a Job's lease.
 	pods *podMetaWatch
 
@@ -55,15 +56,8 @@ func (a *parts) buildDRA(context.Context) error {
 		a.logger.Warn("--api=dra serves the NICs only; GPU machine types are served through the device plugin (--api=deviceplugin)")
 	}
 	a.inv = newInventory(a.served, 1)
-	kcfg, err := kubeConfig(a.opts.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(kcfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	pods, err := newPodMetaWatch(kcfg, a.opts.NodeName)
+	kube := a.kube
+	pods, err := newPodMetaWatch(a.kcfg, a.opts.NodeName)
 	if err != nil {
 		return err
 	}
@@ -76,7 +70,8 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	nri := dra.NewNRIState(a.opts.NRISocket, metrics)
+	nri := dra.NewNRIState(a.opts.NRISocket, metrics).WithEvents(a.events, a.opts.NodeName)
+	status := dra.NewStatusQueue(dra.APIClaimStatus{Client: kube, Driver: a.opts.DRADriverName}, a.logger.With("component", "dra-status"), metrics)
 	var nics []dra.NICDevice
 	roots := map[string]string{}
 	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
@@ -97,6 +92,7 @@ func (a *parts) buildDRA(context.Context) error {
 			return dra.Policy{TCs: p.tcs, Limits: p.limits}
 		},
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
+		Events: a.events, Status: status,
 		// NRI names the sandbox's namespace by its host path
 		// (/var/run/netns/cni-...), which the agent's container reaches
 		// through the host's root, <proc-root>/1/root, resolving links there.
@@ -111,24 +107,8 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)
 	}
-	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, pods: pods}
+	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, status: status, pods: pods}
 	return nil
-}
-
-// kubeConfig is the kubeconfig file's configuration, or the in-cluster one.
-func kubeConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		c, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("--api=dra needs the Kubernetes API: no --kubeconfig and not in a pod: %w", err)
-		}
-		return c, nil
-	}
-	c, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
-	}
-	return c, nil
 }
 
 // draDevices are the node's devices as its ResourceSlice lists them, with
@@ -198,6 +178,7 @@ func (d *draFront) loops(ctx context.Context) []func() error {
 	return []func() error{
 		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
 		func() error { return collector.Run(ctx, grace/5) },
+		func() error { return d.status.Run(ctx) },
 		func() error { return d.pods.run(ctx) },
 	}
 }
@@ -272,4 +253,25 @@ func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
 		r.Claims = append(r.Claims, c)
 	}
 	return r
+}
+
+// pendingDestroys are the claims being unprepared whose services are not
+// destroyed yet. The record does not date an unprepare: the drain watch
+// counts from when it first sees one.
+func (d *draFront) pendingDestroys() []pendingDestroy {
+	var out []pendingDestroy
+	for _, rec := range d.mgr.Records() {
+		if !rec.Unpreparing || len(rec.Services) == 0 {
+			continue
+		}
+		p := pendingDestroy{owner: "claim " + rec.Key()}
+		for _, pod := range rec.Pods {
+			p.pods = append(p.pods, event.Pod(pod.Namespace, pod.Name, pod.UID))
+		}
+		for _, s := range rec.Services {
+			p.services = append(p.services, s.NIC+":"+strconv.FormatUint(uint64(s.ID), 10))
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -112,6 +112,10 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 	return nil
 }
 
+// errAddressRefused marks a bind refused because the pod's hsn address
+// could not be allocated: its event says so (event.AddressRefused).
+var errAddressRefused = errors.New("hsn address refused")
+
 // allocateHSN chooses the pod's hsn netdev, interface name and address.
 func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Pod, pod *podwatch.Pod, hp hsnPolicy, nics []*nic) (*checkpoint.HSNLink, error) {
 	key := entry.Key()
@@ -138,7 +142,7 @@ func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Pod, pod *pod
 	al, pfx, err := b.addrs.Allocate(ctx, ipam.Request{Owner: owner, Pool: pool, Pod: key, Want: want})
 	if err != nil {
 		b.metrics.hsnErrors.WithLabelValues("allocate").Inc()
-		return nil, fmt.Errorf("hsn address for %s: %w", key, err)
+		return nil, fmt.Errorf("%w for %s: %w", errAddressRefused, key, err)
 	}
 	b.logger.Info("hsn address allocated", "pod", key, "pool", al.Pool, "address", pfx, "parent", parent, "interface", name)
 	return &checkpoint.HSNLink{Name: name, Parent: parent, Mode: hp.mode.String(), Address: pfx, Owner: owner, MTU: hp.mtu}, nil

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/internal/ipamwire"
 )
 
 // IPAMStateName is the allocator's state file in the state directory.
@@ -26,12 +28,18 @@ func (a *parts) buildIPAM(context.Context) error {
 		Slicer:     ipSlicer{a.client.Client},
 		Logger:     a.logger.With("component", "ipam"),
 		Registerer: a.reg,
+		Refused: func(pod ipamwire.Pod, err error) {
+			if pod.Name != "" {
+				a.events.Record(event.Pod(pod.Namespace, pod.Name, pod.UID), event.AddressRefused,
+					fmt.Sprintf("The slingshot-ipam CNI plugin's request for an address was refused: %v", err))
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("ip address allocator (its state file records addresses in use: check it before moving it aside): %w", err)
 	}
 	a.ipam = alloc
-	a.client.SetSliceHolder(sliceHolder{alloc})
+	a.client.SetSliceHolder(sliceHolder{a: alloc, events: a.events, node: a.opts.NodeName})
 	a.b.addrs = alloc
 	a.b.linker = netlinkHSN{}
 	if a.opts.IPAMSocket == "" {

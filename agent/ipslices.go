@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
@@ -73,7 +74,12 @@ func ipamError(err error) error {
 // sliceHolder is the allocator as the heartbeat's
 // controllerclient.SliceHolder: its reports go out with every heartbeat,
 // and the slices the controller no longer leases to the node come back.
-type sliceHolder struct{ a *ipam.Allocator }
+type sliceHolder struct {
+	a *ipam.Allocator
+	// events tell the node of a lost slice with addresses in use.
+	events eventRecorder
+	node   string
+}
 
 func (h sliceHolder) SliceReports() []controllerclient.SliceReport {
 	reps := h.a.Reports()
@@ -95,5 +101,27 @@ func (h sliceHolder) SlicesHeld(_ []controllerclient.IPSlice, lost []controllerc
 	for i, r := range lost {
 		out[i] = ipam.Report{Pool: r.Pool, Index: r.Index, Allocated: r.Allocated, Open: r.Open}
 	}
+	// Which of them hold addresses is the allocator's to say (the
+	// heartbeat's report may be older): asked before Lost forgets the
+	// empty ones.
+	inUse := map[sliceID]int{}
+	for _, r := range h.a.Reports() {
+		inUse[sliceID{r.Pool, r.Index}] = r.Allocated
+	}
 	h.a.Lost(out)
+	if h.events == nil {
+		return
+	}
+	for _, r := range lost {
+		if n := inUse[sliceID{r.Pool, r.Index}]; n > 0 {
+			h.events.Record(event.Node(h.node), event.IPSliceLost,
+				fmt.Sprintf("The controller no longer leases slice %d of IP pool %s to this node; %d addresses of it are in use here", r.Index, r.Pool, n))
+		}
+	}
+}
+
+// sliceID names one IP slice.
+type sliceID struct {
+	pool  string
+	index int
 }

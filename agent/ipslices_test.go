@@ -178,7 +178,7 @@ func (h *ipsController) newNode(t *testing.T, name string, lowWater int) *ipsNod
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetSliceHolder(sliceHolder{a})
+	c.SetSliceHolder(sliceHolder{a: a})
 	n := &ipsNode{name: name, client: c, slicer: s, alloc: a}
 	n.learnPools(t)
 	return n
@@ -774,7 +774,7 @@ func TestLostSliceNotTakenBackByAnOlderAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetSliceHolder(sliceHolder{al})
+	c.SetSliceHolder(sliceHolder{a: al})
 	a := &ipsNode{name: "node-a", client: c, slicer: base, alloc: al}
 	a.learnPools(t)
 	pool := ipam.Pool{Name: "hsn0", Prefix: netip.MustParsePrefix("10.150.0.0/22"), SliceBits: 24}

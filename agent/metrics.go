@@ -30,7 +30,11 @@ type metrics struct {
 	defaultServiceOpen *prometheus.GaugeVec
 	// hsnErrors counts the failed steps of pods' hsn interfaces.
 	hsnErrors *prometheus.CounterVec
-	now       func() time.Time
+	// eventsDropped counts the events the limits refused (event.Limited).
+	eventsDropped *prometheus.CounterVec
+	// cleanupStuck is the number of services busy past drainAfter.
+	cleanupStuck prometheus.Gauge
+	now          func() time.Time
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -99,6 +103,14 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_hsn_interface_errors_total",
 			Help: "Failed steps of the pods' hsn interfaces, by op: allocate (the address), attach, detach, release (the address).",
 		}, []string{"op"}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_events_dropped_total",
+			Help: "Kubernetes events not written because their object's or the agent's rate limit was reached, by reason (the log has each failure).",
+		}, []string{"reason"}),
+		cleanupStuck: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slingshot_agent_cleanup_stuck_services",
+			Help: "Services of gone pods (or unprepared claims) still undestroyed past cleanup.drainAfter; while above 0 the node carries the cxi.slingshot.hpe.com/cleanup-stuck:NoSchedule taint.",
+		}),
 	}
 	for _, op := range []string{"allocate", "attach", "detach", "release"} {
 		m.hsnErrors.WithLabelValues(op)
@@ -113,7 +125,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
 		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
-		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors} {
+		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors, m.eventsDropped, m.cleanupStuck} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

@@ -85,12 +85,17 @@ type Options struct {
 	// API is the Kubernetes API the NICs are served through: APIDevicePlugin
 	// or APIDRA. A node serves them through one only.
 	API string
-	// DRADriverName, NRISocket and Kubeconfig are the DRA mode's: the
-	// driver's name, the container runtime's NRI socket, and the
-	// kubeconfig file ("" for the in-cluster configuration).
+	// DRADriverName and NRISocket are the DRA mode's: the driver's name
+	// and the container runtime's NRI socket.
 	DRADriverName string
 	NRISocket     string
-	Kubeconfig    string
+	// Kubeconfig is the Kubernetes API's kubeconfig file, "" for the
+	// in-cluster configuration: events, the cleanup-stuck node taint and
+	// the DRA driver use it.
+	Kubeconfig string
+	// NoKube runs the device plugin without the Kubernetes API: no
+	// events and no cleanup-stuck taint (a standalone node, a demo).
+	NoKube bool
 	// DRALostClaimGrace is how long the API server must have stopped
 	// allocating a prepared claim to this node, read twice, before the
 	// agent unprepares it itself: the kubelet lost its claim state.
@@ -126,7 +131,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DRADriverName, "dra-driver-name", "cxi.slingshot.hpe.com", "DRA driver `name` of --api=dra: its ResourceSlices, DeviceClasses and claims' configuration use it")
 	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs")
 	fs.DurationVar(&o.DRALostClaimGrace, "dra-lost-claim-grace", 5*time.Minute, "with --api=dra, how long two successful reads of a prepared claim at least this far apart must find it no longer allocated to this node before the agent unprepares it itself (the kubelet lost its claim state); a failed read proves nothing")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API of --api=dra; empty: the in-cluster configuration")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API (events, the cleanup-stuck node taint, the DRA driver); empty: the in-cluster configuration")
+	fs.BoolVar(&o.NoKube, "no-kube", false, "run without the Kubernetes API (device plugin only): no events on pods and the node, and no cleanup-stuck taint")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log `format`: text or json")
 }
@@ -172,6 +178,9 @@ func (o *Options) Validate() error {
 	switch o.API {
 	case APIDevicePlugin:
 	case APIDRA:
+		if o.NoKube {
+			errs = append(errs, errors.New("--no-kube: --api=dra needs the Kubernetes API"))
+		}
 		if !dnsSubdomain.MatchString(o.DRADriverName) || len(o.DRADriverName) > 63 {
 			errs = append(errs, fmt.Errorf("--dra-driver-name %q: want a lower-case DNS subdomain of at most 63 characters", o.DRADriverName))
 		}
@@ -192,6 +201,9 @@ func (o *Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
 			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
 		}
+	}
+	if o.NoKube && o.Kubeconfig != "" {
+		errs = append(errs, errors.New("--no-kube and --kubeconfig contradict each other"))
 	}
 	if o.ControllerHeartbeat <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-heartbeat %v: want a positive duration", o.ControllerHeartbeat))

@@ -49,6 +49,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"ipam socket off", func(o *Options) { o.IPAMSocket = "" }, ""},
 		{"log level", func(o *Options) { o.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
+		{"standalone device plugin", func(o *Options) { o.NoKube = true }, ""},
+		{"DRA needs the API", func(o *Options) { o.NoKube = true; o.API = APIDRA }, "--api=dra needs the Kubernetes API"},
+		{"no-kube with a kubeconfig", func(o *Options) { o.NoKube = true; o.Kubeconfig = "/k" }, "contradict"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -110,6 +110,11 @@ type Cleanup struct {
 	// RetryStuckEvery is how often services still busy after their
 	// retries are tried again. They are never forgotten.
 	RetryStuckEvery Duration `json:"retryStuckEvery"`
+	// DrainAfter is how long services of a gone pod (an unprepared claim)
+	// may stay busy before the node is tainted
+	// cxi.slingshot.hpe.com/cleanup-stuck:NoSchedule, so that new pods go
+	// elsewhere; the taint goes when they are destroyed.
+	DrainAfter Duration `json:"drainAfter"`
 }
 
 // PodResources configures the pod watch.
@@ -182,6 +187,7 @@ func Default() Config {
 			BusyRetries:     5,
 			BusyInterval:    Duration{200 * time.Millisecond},
 			RetryStuckEvery: Duration{30 * time.Second},
+			DrainAfter:      Duration{5 * time.Minute},
 		},
 		PodResources: PodResources{PollInterval: Duration{time.Second}},
 		Health:       Health{PollInterval: Duration{10 * time.Second}},
@@ -282,6 +288,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Cleanup.RetryStuckEvery.Duration < time.Second {
 		bad("cleanup.retryStuckEvery", "%v is under 1s", c.Cleanup.RetryStuckEvery.Duration)
+	}
+	if c.Cleanup.DrainAfter.Duration < time.Second {
+		bad("cleanup.drainAfter", "%v is under 1s", c.Cleanup.DrainAfter.Duration)
 	}
 	if c.PodResources.PollInterval.Duration < 10*time.Millisecond || c.PodResources.PollInterval.Duration > 10*time.Minute {
 		bad("podResources.pollInterval", "%v is outside [10ms, 10m]", c.PodResources.PollInterval.Duration)

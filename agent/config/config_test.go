@@ -32,6 +32,17 @@ func TestParse(t *testing.T) {
 				t.Errorf("defaults wrong: %+v", c)
 			}
 		}},
+		{name: "drainAfter defaults to 5m", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Cleanup.DrainAfter.Duration != 5*time.Minute {
+				t.Errorf("cleanup.drainAfter = %v, want 5m", c.Cleanup.DrainAfter)
+			}
+		}},
+		{name: "drainAfter set", yaml: "cleanup: {drainAfter: 30s}", check: func(t *testing.T, c Config) {
+			if c.Cleanup.DrainAfter.Duration != 30*time.Second {
+				t.Errorf("cleanup.drainAfter = %v, want 30s", c.Cleanup.DrainAfter)
+			}
+		}},
+		{name: "drainAfter too short", yaml: "cleanup: {drainAfter: 100ms}", wantErr: "cleanup.drainAfter"},
 		{name: "overrides", yaml: `
 nicResource: {name: example.com/hsn, sharesPerNIC: 4}
 trafficClasses: [BULK_DATA]

@@ -18,6 +18,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/internal/keylock"
@@ -75,6 +76,13 @@ type ManagerConfig struct {
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil: not measured
 	OpenNetns func(path string) (Netns, error)
+	// Events tell the pods and the node what only the log would know;
+	// nil: none.
+	Events Events
+	// Status writes each prepared claim's devices into its status, off
+	// the kubelet's path (informational: a failure is logged and counted,
+	// never fails the claim); nil: not written.
+	Status *StatusQueue
 	// BindReady says whether a prepared claim's services can be bound
 	// when its pod's sandbox starts (the runtime's NRI connection is up);
 	// nil: always. Prepare refuses while it returns an error: a container
@@ -119,6 +127,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	}
 	if cfg.Leases == nil {
 		return nil, errors.New("dra: ManagerConfig.Leases is required")
+	}
+	if cfg.Events == nil {
+		cfg.Events = event.Nop{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, store: st, m: cfg.Metrics}
 	for _, n := range cfg.NICs {
@@ -188,6 +199,7 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 		return nil, err
 	}
 	m.log.Info("prepared claim", "claim", rec.Key(), "uid", uid, "vni", rec.VNI, "scope", rec.Scope, "services", rec.Services)
+	m.cfg.Status.enqueue(m.statusOf(rec))
 	return m.devices(rec), nil
 }
 
@@ -580,7 +592,7 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 	case rec.Unpreparing || !rec.Prepared:
 		return fmt.Errorf("%w: claim %s is not prepared", ErrNotBound, rec.Key())
 	case rec.BoundPod != "" && rec.BoundPod != sb.UID:
-		return fmt.Errorf("%w: %s", ErrNotBound, sharedClaimMessage(rec, sb))
+		return fmt.Errorf("%w: %w", ErrNotBound, sharedClaimError(sharedClaimMessage(rec, sb)))
 	}
 	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
 	if err != nil {
@@ -625,6 +637,9 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.unbindAll(ctx, rec, inode)))
 	}
 	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
+	if replaced {
+		m.cfg.Status.enqueue(m.statusOf(rec)) // new service IDs
+	}
 	return nil
 }
 
@@ -780,7 +795,7 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 		case !ok:
 			return nil, fmt.Errorf("%w: the container carries claim %s, which this node has not prepared", ErrNotBound, uid)
 		case rec.BoundPod != "" && rec.BoundPod != sb.UID:
-			return nil, fmt.Errorf("%w: %s", ErrNotBound, sharedClaimMessage(rec, sb))
+			return nil, fmt.Errorf("%w: %w", ErrNotBound, sharedClaimError(sharedClaimMessage(rec, sb)))
 		case rec.BoundPod != sb.UID:
 			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.key())
 		}
@@ -886,6 +901,8 @@ func (m *Manager) Synchronize(ctx context.Context, sandboxes []Sandbox) SyncRepo
 		if err := m.bindClaim(ctx, rec.UID, sb); err != nil {
 			rep.Failed++
 			m.log.Error("bind a running pod's claim after (re)connecting to the runtime", "claim", rec.Key(), "pod", sb.key(), "err", err)
+			m.cfg.Events.Record(event.Pod(sb.Namespace, sb.Name, sb.UID), event.LateBindFailed,
+				fmt.Sprintf("Binding ResourceClaim %s after the runtime's NRI connection came back failed: %v", rec.Key(), err))
 			continue
 		}
 		rep.Bound++
@@ -956,7 +973,10 @@ func (m *Manager) holdBound(ctx context.Context, rec *Record) holdResult {
 		}
 	}
 	if len(errs) > 0 {
-		m.log.Error("unbind the services of a claim whose namespace is gone", "claim", rec.Key(), "err", errors.Join(errs...))
+		err := errors.Join(errs...)
+		m.log.Error("unbind the services of a claim whose namespace is gone", "claim", rec.Key(), "err", err)
+		m.cfg.Events.Record(event.Node(m.cfg.Node), event.UnbindFailed,
+			fmt.Sprintf("ResourceClaim %s: its services admit the network namespace %s, which is gone, and unbinding them failed: %v", rec.Key(), rec.BoundNetns, err))
 		return holdNothing
 	}
 	m.log.Info("a bound claim's namespace is gone; its services are unbound again", "claim", rec.Key(), "path", rec.BoundNetns)
@@ -1002,6 +1022,7 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 				if err := m.writeSpec(rec); err != nil {
 					m.log.Error("rewrite a claim's CDI spec", "claim", rec.Key(), "err", err)
 				}
+				m.cfg.Status.enqueue(m.statusOf(rec)) // new service IDs; written once the queue runs
 			}
 			if err := m.store.put(rec); err != nil {
 				m.log.Error("record claim", "claim", rec.Key(), "err", err)

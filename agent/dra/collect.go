@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/slingshot-k8s/slingshot/agent/event"
 )
 
 // ClaimReader reads a ResourceClaim from the API server; an error that
@@ -87,6 +89,8 @@ func (c *Collector) Pass(ctx context.Context) (CollectReport, error) {
 		c.M.log.Warn("the API server no longer allocates a prepared claim to this node, twice past the grace; unpreparing it (the kubelet lost its claim state)",
 			"claim", rec.Key(), "uid", rec.UID, "first_seen_missing", first, "vni", rec.VNI)
 		if err := c.M.Unprepare(ctx, rec.UID); err != nil {
+			c.M.cfg.Events.Record(event.Node(c.M.cfg.Node), event.ClaimCollectFailed,
+				fmt.Sprintf("ResourceClaim %s (UID %s, VNI %d) is no longer allocated to this node, and unpreparing it failed: %v", rec.Key(), rec.UID, rec.VNI, err))
 			return rep, fmt.Errorf("collect lost claim %s: %w", rec.Key(), err)
 		}
 		delete(c.firstMiss, rec.UID)

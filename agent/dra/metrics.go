@@ -12,6 +12,7 @@ type Metrics struct {
 	duration     *prometheus.HistogramVec
 	errors       *prometheus.CounterVec
 	nriConnected prometheus.Gauge
+	statusWrites *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them with reg.
@@ -30,14 +31,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "slingshot_agent_nri_connected",
 			Help: "1 while the agent is connected to the container runtime's NRI socket (DRA mode); while 0 no claim's services can be bound, the agent is not ready and Prepare is refused.",
 		}),
+		statusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_agent_dra_claim_status_writes_total",
+			Help: "Writes of prepared claims' status.devices (NIC, service IDs, VNIs, traffic classes), by result; a failed one fails nothing (the status is informational) and is retried a few times.",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.errors, m.nriConnected} {
+	for _, c := range []prometheus.Collector{m.duration, m.errors, m.nriConnected, m.statusWrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, op := range []string{"create", "bind", "destroy"} {
 		m.errors.WithLabelValues(op)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.statusWrites.WithLabelValues(r)
 	}
 	return m, nil
 }
@@ -68,4 +76,15 @@ func (m *Metrics) setNRIConnected(up bool) {
 		v = 1
 	}
 	m.nriConnected.Set(v)
+}
+
+func (m *Metrics) statusWrite(err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.statusWrites.WithLabelValues(result).Inc()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
 
@@ -30,16 +31,28 @@ type nriPlugin struct {
 type NRIState struct {
 	socket string
 	m      *Metrics
+	events Events
+	node   string
 
 	mu        sync.Mutex // guards the fields below
 	connected bool
 	err       error // why it is not connected
+	// told is what the node was last told: "" nothing yet, else
+	// the reason of the last event.
+	told event.Reason
 }
 
 // NewNRIState is the state of a connection to socket not made yet.
 func NewNRIState(socket string, m *Metrics) *NRIState {
 	m.setNRIConnected(false)
-	return &NRIState{socket: socket, m: m, err: errors.New("not connected yet")}
+	return &NRIState{socket: socket, m: m, events: event.Nop{}, err: errors.New("not connected yet")}
+}
+
+// WithEvents makes s tell node of each loss of the connection, and of
+// each reconnection after one; call it before the connection is run.
+func (s *NRIState) WithEvents(ev Events, node string) *NRIState {
+	s.events, s.node = ev, node
+	return s
 }
 
 // Ready is nil while connected, else an error saying why not, for
@@ -56,8 +69,27 @@ func (s *NRIState) Ready() error {
 func (s *NRIState) set(connected bool, err error) {
 	s.mu.Lock()
 	s.connected, s.err = connected, err
+	// Changes only: a runtime that stays away is one event (the limits
+	// and the broadcaster's series fold the rest), and the first
+	// connection is no news.
+	var tell event.Reason
+	switch {
+	case !connected && s.told != event.NRIDisconnected:
+		tell = event.NRIDisconnected
+	case connected && s.told == event.NRIDisconnected:
+		tell = event.NRIConnected
+	}
+	if tell != "" {
+		s.told = tell
+	}
 	s.mu.Unlock()
 	s.m.setNRIConnected(connected)
+	switch tell {
+	case event.NRIDisconnected:
+		s.events.Record(event.Node(s.node), tell, fmt.Sprintf("Not connected to the container runtime's NRI socket %s: %v", s.socket, err))
+	case event.NRIConnected:
+		s.events.Record(event.Node(s.node), tell, fmt.Sprintf("Connected to the container runtime's NRI socket %s again", s.socket))
+	}
 }
 
 // sandboxOf reads the runtime's pod sandbox.
@@ -76,6 +108,8 @@ func sandboxOf(pod *api.PodSandbox) Sandbox {
 func (p *nriPlugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	if err := p.m.Bind(ctx, sandboxOf(pod)); err != nil {
 		p.log.Error("refusing pod sandbox", "pod", pod.GetNamespace()+"/"+pod.GetName(), "err", err)
+		p.m.cfg.Events.Record(event.Pod(pod.GetNamespace(), pod.GetName(), pod.GetUid()), refusalReason(err),
+			fmt.Sprintf("The pod's sandbox was refused: %v", err))
 		return fmt.Errorf("slingshot: %w", err)
 	}
 	return nil
@@ -88,6 +122,8 @@ func (p *nriPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 	env, err := p.m.Check(ctx, sandboxOf(pod), ctr.GetEnv())
 	if err != nil {
 		p.log.Error("refusing container", "pod", pod.GetNamespace()+"/"+pod.GetName(), "container", ctr.GetName(), "err", err)
+		p.m.cfg.Events.Record(event.Pod(pod.GetNamespace(), pod.GetName(), pod.GetUid()), refusalReason(err),
+			fmt.Sprintf("Container %s was refused: %v", ctr.GetName(), err))
 		return nil, nil, fmt.Errorf("slingshot: %w", err)
 	}
 	if len(env) == 0 {

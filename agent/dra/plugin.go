@@ -3,11 +3,14 @@ package dra
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/slingshot-k8s/slingshot/agent/event"
 )
 
 // kubeletPlugin answers the kubelet's DRA calls, through the helper of
@@ -29,6 +32,12 @@ func (p *kubeletPlugin) PrepareResourceClaims(ctx context.Context, claims []*res
 		devs, err := p.m.Prepare(ctx, c)
 		if err != nil {
 			p.log.Error("prepare claim", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
+			// The kubelet's event names the claim's driver and little
+			// else: the pods waiting on it are told why.
+			for _, pod := range podsOf(c) {
+				p.m.cfg.Events.Record(event.Pod(pod.Namespace, pod.Name, pod.UID), event.BindRefused,
+					fmt.Sprintf("Preparing ResourceClaim %s/%s failed: %v", c.Namespace, c.Name, err))
+			}
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 	}

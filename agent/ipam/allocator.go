@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slingshot-k8s/slingshot/internal/ipamwire"
 	"github.com/slingshot-k8s/slingshot/internal/netreq"
 )
 
@@ -47,6 +48,10 @@ type Options struct {
 	// Interval between the upkeep passes of Run. Default 5s.
 	Interval time.Duration
 	Now      func() time.Time
+	// Refused, if set, is told of each address the CNI plugin asked for
+	// and did not get, with the pod the runtime named (which may be
+	// empty): the agent writes it on the pod as an event.
+	Refused func(pod ipamwire.Pod, err error)
 }
 
 // Allocator hands out addresses from the node's slices.

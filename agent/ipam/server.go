@@ -105,6 +105,9 @@ func (a *Allocator) serveAdd(r *http.Request, in ipamwire.AddRequest) (any, erro
 	}
 	al, pfx, err := a.Allocate(r.Context(), Request{Owner: CNIOwner(in.Attachment), Network: in.Network, Pool: in.Pool, Pod: pod, Want: in.Request})
 	if err != nil {
+		if a.opts.Refused != nil {
+			a.opts.Refused(in.Pod, err)
+		}
 		return nil, err
 	}
 	return ipamwire.AddResponse{Pool: al.Pool, Address: pfx}, nil

@@ -62,8 +62,8 @@ func TestRenderAPIMode(t *testing.T) {
 				t.Errorf("agent args %q, want %s", agent.Args, wantAPI)
 			}
 			token := spec.AutomountServiceAccountToken
-			if token == nil || *token != isDRA {
-				t.Errorf("automountServiceAccountToken %v, want %v: only a DRA driver calls the Kubernetes API", token, isDRA)
+			if token == nil || !*token {
+				t.Errorf("automountServiceAccountToken %v, want true: the agent writes events and taints its node in both modes", token)
 			}
 			if !isDRA {
 				for _, a := range agent.Args {
@@ -97,28 +97,55 @@ func TestRenderAPIMode(t *testing.T) {
 	}
 }
 
-// The agent's RBAC: none with api deviceplugin; with api dra exactly the
-// calls of a DRA driver, bound to the agent's ServiceAccount.
+// The agent's RBAC: in both modes events and its node (get, and patch
+// for the cleanup-stuck taint, which the node policy confines); with api
+// dra besides exactly the calls of a DRA driver; bound to the agent's
+// ServiceAccount, and no namespaced Role.
 func TestRenderAgentRBAC(t *testing.T) {
-	def := renderObjects(t, nil)
-	for _, k := range []string{"ClusterRole/slingshot-agent", "ClusterRoleBinding/slingshot-agent", "Role/slingshot-agent", "RoleBinding/slingshot-agent"} {
-		if _, ok := def[k]; ok {
-			t.Errorf("api deviceplugin makes %s; the agent has no RBAC", k)
-		}
+	common := []rbacv1.PolicyRule{
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 	}
-	objs := renderObjects(t, dra)
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   []rbacv1.PolicyRule
+	}{
+		{"deviceplugin", nil, common},
+		{"dra", dra, append(slices.Clone(common),
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{"cxi.slingshot.hpe.com"},
+				Verbs: []string{"associated-node:patch", "associated-node:update"}},
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := renderObjects(t, tc.values)
+			for _, k := range []string{"Role/slingshot-agent", "RoleBinding/slingshot-agent"} {
+				if _, ok := objs[k]; ok {
+					t.Errorf("the chart makes %s", k)
+				}
+			}
+			for _, k := range []string{"ValidatingAdmissionPolicy/slingshot-agent-nodes", "ValidatingAdmissionPolicyBinding/slingshot-agent-nodes"} {
+				if _, ok := objs[k]; !ok {
+					t.Errorf("no %s: RBAC alone lets an agent patch any node", k)
+				}
+			}
+			checkAgentRole(t, objs, tc.want)
+		})
+	}
+}
+
+func checkAgentRole(t *testing.T, objs map[string]*Object, want []rbacv1.PolicyRule) {
+	t.Helper()
 	o, ok := objs["ClusterRole/slingshot-agent"]
 	if !ok {
-		t.Fatal("api dra: no ClusterRole/slingshot-agent")
+		t.Fatal("no ClusterRole/slingshot-agent")
 	}
 	var role rbacv1.ClusterRole
 	if err := json.Unmarshal(o.JSON, &role); err != nil {
 		t.Fatal(err)
-	}
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 	}
 	got, _ := json.Marshal(role.Rules)
 	wantJSON, _ := json.Marshal(want)

@@ -203,7 +203,7 @@ func TestRenderFeatures(t *testing.T) {
 		return kinds
 	}
 	def := count(nil)
-	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 1, "Role": 0, "PodDisruptionBudget": 0, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 1} {
+	for kind, want := range map[string]int{"Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1, "ClusterRole": 2, "Role": 0, "PodDisruptionBudget": 0, "DecoratorController": 0, "ServiceMonitor": 0, "NetworkPolicy": 1} {
 		if def[kind] != want {
 			t.Errorf("defaults: %d %s, want %d", def[kind], kind, want)
 		}
@@ -238,10 +238,15 @@ func TestRenderFeatures(t *testing.T) {
 		}
 	}
 	embedded := count(map[string]any{"controller": map[string]any{"enabled": false}})
-	for _, kind := range []string{"Deployment", "ClusterRole", "Service"} {
+	for _, kind := range []string{"Deployment", "Service"} {
 		if embedded[kind] != 0 {
 			t.Errorf("embedded controller: %d %s, want none", embedded[kind], kind)
 		}
+	}
+	// The agent's ClusterRole alone (events, its node's taint): the
+	// controller's goes with it.
+	if embedded["ClusterRole"] != 1 {
+		t.Errorf("embedded controller: %d ClusterRole, want the agent's alone", embedded["ClusterRole"])
 	}
 }
 

@@ -269,6 +269,8 @@ func (n *Node) StartAgent(extra ...string) *Agent {
 		"--node-name", n.Name, "--metrics-addr", "127.0.0.1:0", "--config", n.Config,
 		// Under the node's own root, never the host's /run.
 		"--ipam-socket", filepath.Join(n.Dir, "ipam.sock"),
+		// A kubelet without an API server: no events, no node taint.
+		"--no-kube",
 	}
 	args = append(args, extra...)
 	if !slices.Contains(extra, "--controller") {

@@ -66,15 +66,14 @@ func draChartValues(defaults map[string]any) (path []string, ok bool) {
 // setAPIValues puts the API mode into the chart values v: the chart's
 // "api" value and, for DRA, its "dra" block.
 func (e *Env) setAPIValues(v map[string]any) {
-	if e.opts.API == APIDRA {
-		// The agent calls the API server (ResourceSlices, claims) from
-		// the host network, and no Service proxy runs here: the API
-		// server at the node's address, as for the controller.
-		agent := v["agent"].(map[string]any)
-		agent["extraEnv"] = append(toSlice(agent["extraEnv"]),
-			map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": e.Node.APIServerHost()},
-			map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(node.APIServerPort)})
-	}
+	// The agent calls the API server (events, its node's taint; with DRA
+	// ResourceSlices and claims) from the host network, and no Service
+	// proxy runs here: the API server at the node's address, as for the
+	// controller.
+	agent := v["agent"].(map[string]any)
+	agent["extraEnv"] = append(toSlice(agent["extraEnv"]),
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": e.Node.APIServerHost()},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(node.APIServerPort)})
 	if !e.chartDRA {
 		return
 	}

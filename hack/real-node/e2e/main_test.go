@@ -25,7 +25,12 @@ func TestMain(m *testing.M) {
 			// Every pod holding a NIC gets an hsn interface: the other tests'
 			// pods go through that path too (TestHSNInterfaceTCP).
 			HSNInterface: true,
-			Logf:         logf,
+			// A service kept busy taints the node soon, and is retried
+			// often once free (TestCleanupStuckTaintsNode).
+			Values: map[string]any{"agent": map[string]any{"config": map[string]any{
+				"cleanup": map[string]any{"drainAfter": "10s", "retryStuckEvery": "2s"},
+			}}},
+			Logf: logf,
 		}
 	}, func(e *cluster.Env) { env = e }))
 }
