@@ -117,6 +117,8 @@ type hold struct{ key, node string }
 type lease struct {
 	rec     store.Lease
 	pending *batch
+	// made is the batch that creates the lease, nil for a loaded one.
+	made *batch
 }
 
 // New returns a Allocator over st. res may be nil (embedded mode: every pod
@@ -153,6 +155,7 @@ func (s *Allocator) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load state: %w", err)
 		}
+		s.tellClaimsLoaded()
 		err = s.serve(ctx)
 		if ctx.Err() != nil {
 			s.closeGate(fmt.Errorf("%w: shutting down", ErrUnavailable))
