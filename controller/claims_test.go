@@ -33,7 +33,9 @@ func (c *claimLog) take() []string {
 	return e
 }
 
-func (c *claimLog) Leased(r ClaimRef, vni uint16) { c.add("leased " + r.Name + " " + strconv.Itoa(int(vni))) }
+func (c *claimLog) Leased(r ClaimRef, vni uint16) {
+	c.add("leased " + r.Name + " " + strconv.Itoa(int(vni)))
+}
 func (c *claimLog) Failed(r ClaimRef, msg string) { c.add("failed " + r.Name + ": " + msg) }
 func (c *claimLog) Forget(r ClaimRef)             { c.add("forget " + r.Name) }
 func (c *claimLog) Loaded(claims []ClaimRef) {
