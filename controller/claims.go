@@ -16,8 +16,8 @@ type ClaimRef struct {
 // status can show their VNI (package claimstatus implements it). The
 // Allocator calls Leased and Failed after each acquire naming a claim, so
 // they must cost no more than a map look-up when nothing changed: an
-// acquire is made by every node of a job. Forget is called with the
-// Allocator's lock held: it must not call the Allocator back.
+// acquire is made by every node of a job. Forget and Loaded are called
+// with the Allocator's lock held: they must not call the Allocator back.
 type ClaimObserver interface {
 	// Leased says the claim's lease, committed, holds vni.
 	Leased(c ClaimRef, vni uint16)
@@ -67,19 +67,18 @@ func claimFailure(err error) string {
 	return fmt.Sprintf("no VNI: the range %s (%d VNIs) is full", ex.Range, ex.Capacity)
 }
 
-// tellClaimsLoaded tells the observer the claims that hold leases after
-// a load.
-func (s *Allocator) tellClaimsLoaded() {
+// tellClaimsLoadedLocked tells the observer the claims that hold leases
+// after a load; call with s.mu held, as the gate opens, so that the
+// observer hears of the load before any acquire is answered.
+func (s *Allocator) tellClaimsLoadedLocked() {
 	if s.cfg.Claims == nil {
 		return
 	}
-	s.mu.Lock()
 	var claims []ClaimRef
 	for _, l := range s.leases {
 		if l.rec.Scope == store.ScopeClaim {
 			claims = append(claims, claimRef(l.rec.Owner))
 		}
 	}
-	s.mu.Unlock()
 	s.cfg.Claims.Loaded(claims)
 }

@@ -155,7 +155,6 @@ func (s *Allocator) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("load state: %w", err)
 		}
-		s.tellClaimsLoaded()
 		err = s.serve(ctx)
 		if ctx.Err() != nil {
 			s.closeGate(fmt.Errorf("%w: shutting down", ErrUnavailable))
@@ -223,6 +222,7 @@ func (s *Allocator) load(ctx context.Context) error {
 	s.cur = newBatch()
 	s.lastSeen = map[string]time.Time{}
 	s.ready = true
+	s.tellClaimsLoadedLocked()
 	s.loadedOnce.Do(func() { close(s.loaded) })
 	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
 		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))

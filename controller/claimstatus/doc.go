@@ -18,6 +18,6 @@
 // claim given up on in slingshot_controller_claim_status_gave_up_total;
 // the next acquire naming the claim, or the next load, tries again.
 //
-// Locks: the Allocator calls Forget with its own lock held, so the
-// Writer never holds its lock while it calls the Allocator.
+// Locks: the Allocator calls Forget and Loaded with its own lock held,
+// so the Writer never holds its lock while it calls the Allocator.
 package claimstatus

@@ -146,7 +146,8 @@ func (w *Writer) Forget(c controller.ClaimRef) {
 	delete(w.attempts, c)
 }
 
-// Loaded implements controller.ClaimObserver: what the claims' status
+// Loaded implements controller.ClaimObserver, called with the
+// Allocator's lock held (it takes only the Writer's): what the claims' status
 // says is read anew (another replica may have written it, or nobody), and
 // each claim holding a lease is brought up to date.
 func (w *Writer) Loaded(claims []controller.ClaimRef) {
