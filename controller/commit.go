@@ -19,6 +19,16 @@ type batch struct {
 	once sync.Once
 }
 
+// committed reports whether b was written to the store.
+func (b *batch) committed() bool {
+	select {
+	case <-b.done:
+		return b.err == nil
+	default:
+		return false
+	}
+}
+
 func newBatch() *batch { return &batch{done: make(chan struct{})} }
 
 func (b *batch) finish(err error) {

@@ -57,6 +57,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer for the slingshot_controller_* metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Claims hears of each VNIClaim's lease, so that the claim's status
+	// can show its VNI (package claimstatus); nil tells no one.
+	Claims ClaimObserver
 }
 
 // DefaultVNIRange is the range Slurm and Flux use by default.

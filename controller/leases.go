@@ -165,6 +165,20 @@ func (s *Allocator) AcquireOwnerVNI(ctx context.Context, owner store.Owner, poli
 }
 
 func (s *Allocator) acquire(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
+	l, err := s.acquireLease(ctx, scope, owner, node)
+	if scope == store.ScopeClaim && s.cfg.Claims != nil {
+		// After the commit: a status must never show a VNI the store
+		// may not keep.
+		if err == nil {
+			s.cfg.Claims.Leased(claimRef(owner), l.VNI)
+		} else if msg := claimFailure(err); msg != "" {
+			s.cfg.Claims.Failed(claimRef(owner), msg)
+		}
+	}
+	return l, err
+}
+
+func (s *Allocator) acquireLease(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
 	key := LeaseKey(scope, owner)
 	if scope == store.ScopeClaim && s.needClaimCheck(key) {
 		if s.res == nil {
@@ -207,7 +221,7 @@ func (s *Allocator) acquire(ctx context.Context, scope store.Scope, owner store.
 		s.perNS[owner.Namespace]++
 		rec := l.rec
 		b = s.enqueue(append(ops, store.Put(&rec, 0))...)
-		l.pending = b
+		l.pending, l.made = b, b
 	case l.rec.OwnerGone:
 		s.mu.Unlock()
 		return Lease{}, fmt.Errorf("%w: %s %s/%s is being deleted; its vni %d is draining", ErrOwnerGone, l.rec.Owner.Kind, l.rec.Owner.Namespace, l.rec.Owner.Name, l.rec.VNI)
@@ -262,6 +276,9 @@ func (s *Allocator) putLocked(l *lease) *batch {
 // freeLocked deletes l and puts its VNI into quarantine.
 func (s *Allocator) freeLocked(l *lease, now time.Time) *batch {
 	delete(s.leases, l.rec.Key)
+	if l.rec.Scope == store.ScopeClaim && s.cfg.Claims != nil {
+		s.cfg.Claims.Forget(claimRef(l.rec.Owner))
+	}
 	if s.perNS[l.rec.Owner.Namespace]--; s.perNS[l.rec.Owner.Namespace] <= 0 {
 		delete(s.perNS, l.rec.Owner.Namespace)
 	}

@@ -117,6 +117,8 @@ type hold struct{ key, node string }
 type lease struct {
 	rec     store.Lease
 	pending *batch
+	// made is the batch that creates the lease, nil for a loaded one.
+	made *batch
 }
 
 // New returns a Allocator over st. res may be nil (embedded mode: every pod
@@ -220,6 +222,7 @@ func (s *Allocator) load(ctx context.Context) error {
 	s.cur = newBatch()
 	s.lastSeen = map[string]time.Time{}
 	s.ready = true
+	s.tellClaimsLoadedLocked()
 	s.loadedOnce.Do(func() { close(s.loaded) })
 	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
 		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))

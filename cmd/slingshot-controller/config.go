@@ -116,7 +116,7 @@ func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
-	fs.Float64Var(&c.APIQPS, "api-qps", defaultAPIQPS, "requests per second of each of the controller's Kubernetes clients (owner look-ups, the kube store, the node watch), each its own bucket; the TokenReviews and the leader election have their own")
+	fs.Float64Var(&c.APIQPS, "api-qps", defaultAPIQPS, "requests per second of each of the controller's Kubernetes clients (owner look-ups, the kube store, the node watch, the VNIClaims' status), each its own bucket; the TokenReviews and the leader election have their own")
 	fs.IntVar(&c.APIBurst, "api-burst", defaultAPIBurst, "burst of each client above --api-qps")
 	fs.StringVar(&c.Auth, "auth", "tokenreview", "how agents authenticate: tokenreview (projected ServiceAccount token), mtls (client certificates), none")
 	fs.StringVar(&c.AgentServiceAccounts, "agent-service-accounts", "system:serviceaccount:slingshot:slingshot-agent", "users accepted by --auth tokenreview, comma-separated")

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/claimstatus"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
 	"github.com/slingshot-k8s/slingshot/controller/leader"
@@ -66,7 +67,8 @@ type parts struct {
 
 	resolver controller.Resolver
 	parents  hooks.Parents
-	nodes    *owner.NodeWatcher // nil without the Kubernetes API
+	nodes    *owner.NodeWatcher  // nil without the Kubernetes API
+	claims   *claimstatus.Writer // nil without the Kubernetes API
 	kc       kubeClients
 	rc       *rest.Config
 
@@ -129,6 +131,13 @@ func (p *parts) buildKube(context.Context) error {
 	r := owner.NewResolver(md, p.c.kinds)
 	p.resolver, p.parents = r, r
 	p.nodes = owner.NewNodeWatcher(p.kc.main, nil)
+	// Its own client of rc, so its own bucket of --api-qps: a load's
+	// status reads cannot hold up the owner look-ups of acquires.
+	sc, err := claimstatus.NewKubeClient(p.rc)
+	if err != nil {
+		return err
+	}
+	p.claims = claimstatus.New(sc, claimstatus.Options{Logger: p.log, Registerer: p.reg})
 	return nil
 }
 
@@ -143,6 +152,9 @@ func (p *parts) buildService(ctx context.Context) error {
 	var nd controller.NodeDirectory
 	if p.nodes != nil {
 		nd = p.nodes
+	}
+	if p.claims != nil {
+		p.cc.Claims = p.claims
 	}
 	p.svc, err = controller.New(p.st, p.resolver, nd, p.cc)
 	return err
@@ -269,6 +281,11 @@ func (p *parts) run(ctx context.Context) error {
 	g.Go(func() error { return failed(gctx, "controller", p.runService(gctx, cancel)) })
 	if p.nodes != nil {
 		g.Go(func() error { return failed(gctx, "node watcher", p.nodes.Run(gctx)) })
+	}
+	if p.claims != nil {
+		// It writes only while this replica's state is loaded (it
+		// leads), and is told of every load: at start, at a takeover.
+		g.Go(func() error { return failed(gctx, "vniclaim status", p.claims.Run(gctx, p.svc)) })
 	}
 	// A replica that may lead keeps a copy of the kube store from its
 	// start (a warm standby), so that a takeover reads no full list.

@@ -50,9 +50,17 @@ type replica struct {
 // the others.
 func startReplica(t *testing.T, ns, id, kubeconfig string, logs io.Writer, extra ...string) *replica {
 	t.Helper()
-	args := append([]string{"--store", "kube", "--leader-elect", "--store-namespace", ns, "--identity", id,
-		"--kubeconfig", kubeconfig, "--auth", "none", "--grpc-addr", "127.0.0.1:0", "--hooks-addr=", "--metrics-addr=",
-		"--log-format", "json"}, extra...)
+	args := append([]string{"--store", "kube", "--leader-elect", "--store-namespace", ns, "--identity", id}, extra...)
+	return startController(t, id, kubeconfig, logs, args...)
+}
+
+// startController runs slingshot-controller as replica id with the
+// kubeconfig, no agent authentication, a gRPC port of its own and no HTTP
+// servers, its JSON log appended to logs, and args after those flags.
+func startController(t *testing.T, id, kubeconfig string, logs io.Writer, args ...string) *replica {
+	t.Helper()
+	args = append([]string{"--kubeconfig", kubeconfig, "--auth", "none", "--grpc-addr", "127.0.0.1:0", "--hooks-addr=", "--metrics-addr=",
+		"--log-format", "json"}, args...)
 	cmd := exec.Command(controllerBinary(t), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()

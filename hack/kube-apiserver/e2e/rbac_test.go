@@ -177,13 +177,21 @@ func applyControllerRBAC(t *testing.T, ns string) *rbacv1.Role {
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			t.Fatal(err)
 		}
+		// The manifests hold others' roles too (the agent's, kubectl
+		// slingshot's viewer): the controller's are named for it.
+		var named struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &named); err != nil {
+			t.Fatal(err)
+		}
+		if named.Metadata.Name != controllerName {
+			continue
+		}
 		switch meta.Kind {
 		case "ServiceAccount":
 			var o corev1.ServiceAccount
 			decodeStrict(t, doc, &o)
-			if o.Name != controllerName {
-				continue // the agent's
-			}
 			o.Namespace = ns
 			_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &o, metav1.CreateOptions{})
 		case "ClusterRole":
