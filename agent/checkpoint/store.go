@@ -257,5 +257,6 @@ func (p *Pod) Clone() Pod {
 		h := *p.HSN
 		c.HSN = &h
 	}
+	c.Options = p.Options.Clone()
 	return c
 }
