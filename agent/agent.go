@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -86,7 +87,7 @@ func policyFrom(c config.Config) policy {
 			tcs |= t
 		}
 	}
-	p := policy{tcs: tcs}
+	p := policy{tcs: tcs, jobs: jobpolicy.New(c), adjust: c.JobOptions.Adjust()}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
 		field := map[string]*cxi.Limit{

@@ -184,23 +184,3 @@ func (p *Policy) limits(req jobreq.Request, refuse func(field, format string, ar
 	}
 	return out, nil
 }
-
-// Limits converts recorded limits to the cxi form; nil stays nil (the
-// node's limits). Resources the record does not name reserve nothing and
-// have the Cassini maximum, but TLEs, which have none.
-func Limits(m map[string]checkpoint.Limit) *cxi.Limits {
-	if m == nil {
-		return nil
-	}
-	l := cxi.DefaultLimits()
-	field := map[string]*cxi.Limit{
-		"ACs": &l.ACs, "CTs": &l.CTs, "EQs": &l.EQs, "LEs": &l.LEs,
-		"PTEs": &l.PTEs, "TGQs": &l.TGQs, "TLEs": &l.TLEs, "TXQs": &l.TXQs,
-	}
-	for name, v := range m {
-		if f := field[name]; f != nil {
-			*f = cxi.Limit{Max: v.Max, Res: v.Res}
-		}
-	}
-	return &l
-}

@@ -127,16 +127,3 @@ func TestDefaultPolicyKeepsTodaysBehaviour(t *testing.T) {
 		t.Fatalf("DEDICATED_ACCESS by default: %v, want refused", err)
 	}
 }
-
-func TestLimits(t *testing.T) {
-	if Limits(nil) != nil {
-		t.Fatal("Limits(nil) is not nil")
-	}
-	l := Limits(map[string]checkpoint.Limit{"TLEs": {Max: 8, Res: 8}, "LEs": {Max: 100, Res: 16}})
-	want := cxi.DefaultLimits()
-	want.TLEs = cxi.Limit{Max: 8, Res: 8}
-	want.LEs = cxi.Limit{Max: 100, Res: 16}
-	if *l != want {
-		t.Fatalf("Limits = %+v, want %+v", *l, want)
-	}
-}
