@@ -295,6 +295,7 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 			r.Services = append(r.Services, inspect.Service{NIC: name, ID: s.ID, Enabled: s.Enabled, System: s.System,
 				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID]})
 		}
+		r.Reservations = append(r.Reservations, reservationsOf(name, b.nics[name].drv, svcs)...)
 	}
 	return r
 }

@@ -66,6 +66,11 @@ func (c *Client) Usage(ctx context.Context) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
+	return c.UsageOf(svcs), nil
+}
+
+// UsageOf is Usage of the NIC's services as [Client.List] gave them.
+func (c *Client) UsageOf(svcs []Service) Usage {
 	var u Usage
 	for t := range u.Resources {
 		u.Resources[t].Max = c.deviceMax(uapi.RsrcType(t))
@@ -99,7 +104,27 @@ func (c *Client) Usage(ctx context.Context) (Usage, error) {
 			u.Reserving++
 		}
 	}
-	return u, nil
+	return u
+}
+
+// Rows lists u for a person: one row per resource, then the LE and TLE
+// pools, each with the NIC's maximum, what is reserved and what is free.
+func (u Usage) Rows() []UsageRow {
+	rows := make([]UsageRow, 0, len(u.Resources)+2)
+	for t, r := range u.Resources {
+		rows = append(rows, UsageRow{Resource: uapi.RsrcType(t).String(), Max: r.Max, Reserved: r.Reserved, Free: r.Free()})
+	}
+	// LE pool 0 is the shared one, always in use.
+	rows = append(rows,
+		UsageRow{Resource: "LE pools", Max: NumLEPools, Reserved: u.LEPools + 1, Free: max(NumLEPools-1-u.LEPools, 0)},
+		UsageRow{Resource: "TLE pools", Max: NumTLEPools, Reserved: u.TLEPools, Free: max(NumTLEPools-u.TLEPools, 0)})
+	return rows
+}
+
+// UsageRow is one resource or pool of a [Usage].
+type UsageRow struct {
+	Resource            string
+	Max, Reserved, Free int
 }
 
 // deviceMax is the NIC's maximum of t: its own where known, else the

@@ -150,3 +150,31 @@ func TestFitNeedsLimits(t *testing.T) {
 		t.Fatalf("Fit without limits: %v, want ErrInvalidSpec", err)
 	}
 }
+
+// TestUsageRows: a booted NIC's account as inspect and the metrics show
+// it: the default service's TLE pool and 512 TLEs, the Ethernet service's
+// LE pool.
+func TestUsageRows(t *testing.T) {
+	_, dev := newSim(t, t.TempDir(), sim.Options{NoSync: true})
+	c := NewClient(dev)
+	if _, err := c.Create(context.Background(), reserving(0, withTLEs(8), true)); err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.Usage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]UsageRow{}
+	for _, r := range u.Rows() {
+		rows[r.Resource] = r
+	}
+	if got := rows["TLEs"]; got != (UsageRow{"TLEs", 2048, 520, 1528}) {
+		t.Errorf("TLEs = %+v, want 520 of 2048 reserved (the default service's 512 and 8)", got)
+	}
+	if got := rows["TLE pools"]; got != (UsageRow{"TLE pools", 4, 2, 2}) {
+		t.Errorf("TLE pools = %+v, want 2 of 4 held", got)
+	}
+	if got := rows["LE pools"]; got != (UsageRow{"LE pools", 16, 2, 14}) {
+		t.Errorf("LE pools = %+v, want pool 0 and the Ethernet service's held, 14 free", got)
+	}
+}

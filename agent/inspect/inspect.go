@@ -38,6 +38,9 @@ type Report struct {
 	IPAM *ipam.Snapshot `json:"ipam,omitempty"`
 	// Claims are the DRA claims prepared on the node (--api=dra).
 	Claims []Claim `json:"claims,omitempty"`
+	// Reservations are what the services of each NIC reserve of its
+	// resources and pools.
+	Reservations []Reservation `json:"reservations,omitempty"`
 }
 
 // Claim is one DRA claim the node prepared.
@@ -182,6 +185,8 @@ func WriteTable(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.NIC, id, yesNo(s.Enabled), vniList(s.VNIs),
 			strings.Join(s.Members, ","), orDash(s.Pod))
 	}
+
+	writeReservations(tw, r.Reservations)
 
 	fmt.Fprintln(tw, "\nPOD\tUID\tVNI\tSCOPE\tNICS\tHSN\tSTATE")
 	for _, p := range r.Pods {
