@@ -144,6 +144,9 @@ func checkClaim(st *State, c *Claim) error {
 	if c.UID == "" {
 		return fmt.Errorf("%w: a claim record without a UID", ErrInvariant)
 	}
+	if err := checkHolderVNIs(st, c.VNI, c.Options, "claim "+c.Key()); err != nil {
+		return err
+	}
 	for uid, o := range st.Claims {
 		if uid == c.UID {
 			continue
