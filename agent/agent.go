@@ -293,7 +293,7 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 		}
 		for _, s := range svcs {
 			r.Services = append(r.Services, inspect.Service{NIC: name, ID: s.ID, Enabled: s.Enabled, System: s.System,
-				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID]})
+				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID], TCs: s.TCs.String(), Reserved: reservedOf(s)})
 		}
 		r.Reservations = append(r.Reservations, reservationsOf(name, b.nics[name].drv, svcs)...)
 	}

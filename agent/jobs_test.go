@@ -198,6 +198,11 @@ func TestReservationsShown(t *testing.T) {
 	if rv := got["cxi0 LEs"]; rv.Reserved < 16*4 {
 		t.Errorf("cxi0 LEs reserved %d, want at least the pod's 4 times 16", rv.Reserved)
 	}
+	for _, s := range rep.Services {
+		if s.Pod == "hpc/a" && (s.NIC != "cxi0" || s.TCs != "0xa" || s.Reserved["LEs"] != 64 || s.Reserved["TLEs"] != 8) {
+			t.Errorf("inspect service of hpc/a = %+v, want on cxi0 with classes 0xa, 64 LEs and 8 TLEs reserved", s)
+		}
+	}
 	var table strings.Builder
 	if err := inspect.WriteTable(&table, rep); err != nil || !strings.Contains(table.String(), "TLE pools") {
 		t.Fatalf("table lacks the reservations (%v):\n%s", err, table.String())

@@ -39,3 +39,23 @@ func observeReservations(ctx context.Context, m *metrics, n *nic) {
 		m.nicFree.WithLabelValues(n.name, r.Resource).Set(float64(r.Free))
 	}
 }
+
+// reservedOf is what service s reserves, by resource; nil for nothing.
+func reservedOf(s cxi.Service) map[string]int {
+	if s.Limits == nil {
+		return nil
+	}
+	var out map[string]int
+	for name, l := range map[string]cxi.Limit{
+		"PTEs": s.Limits.PTEs, "TXQs": s.Limits.TXQs, "TGQs": s.Limits.TGQs, "EQs": s.Limits.EQs,
+		"CTs": s.Limits.CTs, "LEs": s.Limits.LEs, "TLEs": s.Limits.TLEs, "ACs": s.Limits.ACs,
+	} {
+		if l.Res > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[name] = int(l.Res)
+		}
+	}
+	return out
+}

@@ -84,6 +84,10 @@ type Service struct {
 	Members []string `json:"members"` // "netns=4026532000", "uid=1000", "all"
 	// Pod is "namespace/name" when the agent made the service for a pod.
 	Pod string `json:"pod,omitempty"`
+	// TCs are its traffic classes in SLINGSHOT_TCS form ("0xa").
+	TCs string `json:"tcs,omitempty"`
+	// Reserved is what it reserves, by resource ("LEs"); absent: nothing.
+	Reserved map[string]int `json:"reserved,omitempty"`
 }
 
 // Pod is one pod the agent serves.
