@@ -25,7 +25,10 @@ func TestMain(m *testing.M) {
 			// Every pod holding a NIC gets an hsn interface: the other tests'
 			// pods go through that path too (TestHSNInterfaceTCP).
 			HSNInterface: true,
-			Logf:         logf,
+			// BULK_DATA for one namespace (TestServiceOptions); pods that
+			// ask for no options get the defaults.
+			Values: jobOptionsValues(),
+			Logf:   logf,
 		}
 	}, func(e *cluster.Env) { env = e }))
 }
