@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -21,7 +22,7 @@ type Defaults struct {
 // VNI is also one of its named VNIs: the controller leased a VNI the admin
 // named (a configuration --managed-vnis should have refused), and the
 // job would share it with every pod that joins the name.
-var ErrNamedVNIIsJobs = fmt.Errorf("a job's VNI is also a named VNI")
+var ErrNamedVNIIsJobs = errors.New("a job's VNI is also a named VNI")
 
 // ServiceSpec is the spec of a service for a holder with primary VNI vni
 // and recorded options o (nil: the node's defaults, exactly as before
