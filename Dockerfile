@@ -5,6 +5,12 @@
 #   docker build --target agent      -t REGISTRY/slingshot-agent:TAG .
 #   docker build --target controller -t REGISTRY/slingshot-controller:TAG .
 #
+# The kubectl plugin (`kubectl slingshot`, a static linux binary for the
+# user's machine) ships in the controller image, to copy onto PATH:
+#
+#   id=$(docker create REGISTRY/slingshot-controller:TAG)
+#   docker cp $id:/usr/local/bin/kubectl-slingshot . && docker rm $id
+#
 # The agent image also carries the slingshot-ipam CNI plugin, which the
 # DaemonSet's init container copies into the node's CNI bin dir
 # (`slingshot-ipam install DIR`: the base has no cp). All binaries are
@@ -37,6 +43,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 # runs as the unprivileged nonroot user (65532) with nothing added.
 FROM gcr.io/distroless/static-debian12:nonroot AS controller
 COPY --from=build /out/slingshot-controller /usr/local/bin/slingshot-controller
+COPY --from=build /out/kubectl-slingshot /usr/local/bin/kubectl-slingshot
 USER 65532:65532
 # gRPC for the agents, Metacontroller hooks, metrics and health.
 EXPOSE 9440 9441 9442

@@ -16,7 +16,8 @@ TAGS      ?=
 
 all: build
 
-## build: static binaries of the programs (agent, controller, slingshot-ipam) into ./bin
+## build: static binaries of the programs (agent, controller, slingshot-ipam,
+## kubectl-slingshot) into ./bin
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
@@ -37,8 +38,8 @@ e2e:
 demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
-## check: everything CI runs (the README's test command)
-check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra
+## check: everything CI runs (the README's test command, exactly what .ci/run runs)
+check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -158,10 +159,19 @@ REAL_NODE_DIR := hack/real-node
 K8S_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.1 \
   -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
   -X k8s.io/component-base/version.gitTreeState=clean
-.PHONY: e2e-node e2e-node-dra bench-node-dra demo-node real-node-bin real-node-deps
+.PHONY: e2e-node e2e-node-dra e2e-node-multi bench-node-dra demo-node real-node-bin real-node-deps
 e2e-node: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2e $(E2E_NODE_FLAGS)
+
+## e2e-node-kubectl: kubectl slingshot (vnis, pod, nodes) on the same kind
+## of node, its controller on the Kubernetes store (hack/real-node/e2ekubectl):
+## a running Job's VNI and services, the agent asked through pods/exec.
+## E2E_NODE_FLAGS as for e2e-node.
+.PHONY: e2e-node-kubectl
+e2e-node-kubectl: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2ekubectl $(E2E_NODE_FLAGS)
 
 ## e2e-node-dra: the agent's DRA front end on the same kind of node
 ## (hack/real-node/e2edra, chart value api=dra): the node's ResourceSlice,
@@ -171,6 +181,20 @@ e2e-node: real-node-bin
 e2e-node-dra: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2edra $(E2E_NODE_FLAGS)
+
+## e2e-node-multi: jobs across two real nodes (hack/real-node/e2emulti): one
+## control plane and two nodes, each its own kubelet, containerd, mock
+## machine and agent in namespaces of its own, one controller. A Job's pods
+## on both nodes share one VNI; pod-scoped VNIs come from the nodes'
+## disjoint slices; one node's agent killed changes nothing on the other; a
+## deleted Job's VNI is freed once both nodes released it; a deleted node
+## keeps its holds through --slice-grace and loses them then. A second run,
+## the agents in DRA mode, puts a claim template's claims on both nodes.
+## About 4 minutes. E2E_NODE_FLAGS as for e2e-node (first run only).
+e2e-node-multi: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2emulti $(E2E_NODE_FLAGS) && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2emulti -run TestMultiDRA -args -node-api=dra
 
 ## bench-node-dra: the time from a pod's NIC allocation to its container
 ## running, seen by watches, for BENCH_NODE_PODS pods one after another:

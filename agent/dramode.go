@@ -34,6 +34,8 @@ type draFront struct {
 	// nri is the runtime's NRI connection: without it no claim can be
 	// bound, so the agent is not ready and Prepare is refused.
 	nri *dra.NRIState
+	// pods are this node's pods' labels, for sharing a Job's lease.
+	pods *podMetaWatch
 
 	mu  sync.Mutex  // guards drv and ctx
 	drv *dra.Driver // nil until start registers it
@@ -61,6 +63,10 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	pods, err := newPodMetaWatch(kcfg, a.opts.NodeName)
+	if err != nil {
+		return err
+	}
 	cdiDir := a.cfg.CDI.SpecDir
 	w, err := cdispec.New(cdiDir, a.cfg.NICResource.Name)
 	if err != nil {
@@ -85,7 +91,7 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
-		NICs: nics, Leases: a.b.leases, CDI: w, BindReady: nri.Ready,
+		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}
@@ -105,7 +111,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)
 	}
-	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri}
+	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, pods: pods}
 	return nil
 }
 
@@ -192,6 +198,7 @@ func (d *draFront) loops(ctx context.Context) []func() error {
 	return []func() error{
 		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
 		func() error { return collector.Run(ctx, grace/5) },
+		func() error { return d.pods.run(ctx) },
 	}
 }
 

@@ -105,7 +105,9 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's, whose runtime answers; \"none\": /proc only")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
-	fs.StringVar(&o.Controller, "controller", "embedded", "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory (binaries built with -tags embedded_controller)")
+	// The default is the caller's: "embedded" where the binary has the
+	// embedded controller, none (required) where it has not.
+	fs.StringVar(&o.Controller, "controller", o.Controller, "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory (binaries built with -tags embedded_controller, where it is the default; required otherwise)")
 	fs.StringVar(&o.ControllerCA, "controller-ca-file", "", "PEM `file` of the CA that signed the controller's certificate")
 	fs.StringVar(&o.ControllerCert, "controller-cert-file", "", "PEM certificate `file` the agent presents to the controller (mTLS)")
 	fs.StringVar(&o.ControllerKey, "controller-key-file", "", "PEM private key `file` of --controller-cert-file")
@@ -182,7 +184,11 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--api %q: want %q or %q", o.API, APIDevicePlugin, APIDRA))
 	}
-	if o.Controller != "embedded" {
+	switch o.Controller {
+	case "":
+		errs = append(errs, errors.New("--controller is required: the cluster controller's gRPC address, host:port (the chart sets it to the slingshot-controller Service)"))
+	case "embedded":
+	default:
 		if _, _, err := net.SplitHostPort(o.Controller); err != nil {
 			errs = append(errs, fmt.Errorf("--controller %q: want host:port or \"embedded\": %w", o.Controller, err))
 		}

@@ -9,7 +9,7 @@ import (
 
 func defaults(t *testing.T) Options {
 	t.Helper()
-	var o Options
+	o := Options{Controller: "embedded"} // a binary with the embedded controller
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	o.RegisterFlags(fs)
 	if err := fs.Parse(nil); err != nil {
@@ -31,6 +31,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"relative state dir", func(o *Options) { o.StateDir = "state" }, "--state-dir"},
 		{"driver", func(o *Options) { o.CXIDriver = "fake" }, "--cxi-driver"},
 		{"controller", func(o *Options) { o.Controller = "controller" }, "--controller"},
+		{"no controller", func(o *Options) { o.Controller = "" }, "--controller is required"},
 		{"controller address", func(o *Options) { o.Controller = "slingshot-controller:7443" }, ""},
 		{"node name", func(o *Options) { o.NodeName = "a/b" }, "--node-name"},
 		{"cert without key", func(o *Options) { o.Controller = "c:1"; o.ControllerCert = "/c.pem" }, "go together"},

@@ -64,7 +64,7 @@ func TestLoadRejectsDamage(t *testing.T) {
 	}{
 		{"truncated", string(good[:len(good)/2]), ErrCorrupt},
 		{"flipped byte", strings.Replace(string(good), "1024", "1023", 1), ErrCorrupt},
-		{"future version", strings.Replace(string(good), `"version":2`, `"version":9`, 1), ErrVersion},
+		{"future version", strings.Replace(string(good), fmt.Sprintf(`"version":%d`, Version), `"version":9`, 1), ErrVersion},
 		{"not json", "hello", ErrCorrupt},
 	}
 	for _, tt := range tests {

@@ -35,17 +35,21 @@ type Store struct {
 	w writer
 }
 
-// writer orders the writes of snapshots to the file.
+// writer orders the writes of snapshots to the files.
 type writer struct {
-	mu      sync.Mutex // guards written and the file
-	written uint64     // the generation the file holds
+	mu      sync.Mutex // guards written and j
+	written uint64     // the generation the files hold
+	j       *journal
 }
 
 // Open loads the checkpoint at path (a missing file is an empty state for
 // node) and returns the store that owns it. A state that breaks the rules
 // is an error wrapping [ErrCorrupt]: it was not written by this package.
+//
+// It folds the journal the last run left into a fresh snapshot, so it
+// needs path's directory writable.
 func Open(path, node string) (*Store, error) {
-	st, err := Load(path, node)
+	st, seq, _, err := load(path, node)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +63,11 @@ func Open(path, node string) (*Store, error) {
 			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 		}
 	}
-	return &Store{path: path, state: st}, nil
+	j, err := openJournal(path, st, seq)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint: %w", err)
+	}
+	return &Store{path: path, state: st, w: writer{j: j}}, nil
 }
 
 // Path is the checkpoint file's path.
@@ -191,7 +199,7 @@ func (s *Store) Save() error {
 	gen := s.gen
 	snap := s.state.Clone()
 	s.mu.Unlock()
-	if err := Save(s.path, snap); err != nil {
+	if err := s.w.j.write(snap); err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	s.w.written = gen

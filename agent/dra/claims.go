@@ -70,7 +70,12 @@ type ManagerConfig struct {
 	// Leases are the node's lease holds, the engine's, shared with the
 	// device-plugin front end: a claim holds its lease as
 	// engine.ClaimHolder(uid).
-	Leases    *engine.Leases
+	Leases *engine.Leases
+	// PodMeta returns the labels and annotations of a pod a claim is
+	// reserved for, when known without asking anyone; nil, or false,
+	// leases without sharing. A Job's claims on the node share one
+	// controller call through it (engine.ShareKey).
+	PodMeta   func(namespace, name, uid string) (labels, annotations map[string]string, ok bool)
 	CDI       SpecWriter
 	Policy    func() Policy
 	Logger    *slog.Logger
@@ -240,7 +245,7 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 	}
 	pod := rec.Pods[0]
 	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: rec.Config.VNI}
-	l, err := m.cfg.Leases.Acquire(ctx, engine.ClaimHolder(rec.UID), ref)
+	l, err := m.cfg.Leases.AcquireShared(ctx, engine.ClaimHolder(rec.UID), ref, m.shareKey(pod, rec.Config.VNI))
 	if err != nil {
 		return fmt.Errorf("lease VNI for claim %s (pod %s/%s): %w", rec.Key(), pod.Namespace, pod.Name, err)
 	}
@@ -252,6 +257,25 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 	m.store.remove(rec.UID)
 	m.release(ctx, rec)
 	return fmt.Errorf("record claim %s: %w", rec.Key(), err)
+}
+
+// shareKey names the job of the claim's pod for engine.Leases.AcquireShared:
+// the pod's Job and the annotations the controller reads, and the claim's
+// VNI policy, so that two claims share only what the controller would
+// have answered both. "" (no sharing) when the pod's labels are unknown.
+func (m *Manager) shareKey(pod PodRef, vniPolicy string) string {
+	if m.cfg.PodMeta == nil {
+		return ""
+	}
+	labels, annotations, ok := m.cfg.PodMeta(pod.Namespace, pod.Name, pod.UID)
+	if !ok {
+		return ""
+	}
+	share := engine.ShareKey(pod.Namespace, labels, annotations)
+	if share == "" {
+		return ""
+	}
+	return share + "\x00" + vniPolicy
 }
 
 // nicsOf are the claim's NICs, in allocation order, once each.

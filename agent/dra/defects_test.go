@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -241,10 +242,10 @@ func TestDefect5FailedWriteFailsTheBindAndLeavesNothing(t *testing.T) {
 	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0", "cxi1")); err != nil {
 		t.Fatal(err)
 	}
-	// The record can no longer be replaced: its path is a non-empty
-	// directory (root ignores permissions; rename cannot replace it).
-	path := r.checkpointPath()
-	if err := os.Remove(path); err != nil {
+	// The record can no longer be written: its journal's path is a
+	// non-empty directory (root ignores permissions).
+	path := checkpoint.JournalPath(r.checkpointPath())
+	if err := os.RemoveAll(path); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(path, "in-the-way"), 0o755); err != nil {

@@ -35,6 +35,7 @@ type fakeLeaser struct {
 	vnis     map[string]uint16
 	held     map[string]bool
 	releases int
+	acquires int
 	failRel  bool
 }
 
@@ -45,6 +46,7 @@ func newFakeLeaser() *fakeLeaser {
 func (f *fakeLeaser) AcquireJobVNI(_ context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.acquires++
 	var key string
 	scope := controllerclient.ScopeJob
 	switch p := pod.Policy; {

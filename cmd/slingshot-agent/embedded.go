@@ -20,3 +20,7 @@ import (
 var embeddedController agent.EmbeddedOpener = func(ctx context.Context, dir string, logger *slog.Logger, reg prometheus.Registerer) (agent.EmbeddedController, error) {
 	return embedded.Open(ctx, dir, controller.Config{Logger: logger, Registerer: reg})
 }
+
+// defaultController is --controller's default in a binary that has the
+// embedded controller: it.
+const defaultController = "embedded"

@@ -57,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := flag.NewFlagSet("slingshot-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opts agent.Options
+	opts := agent.Options{Controller: defaultController}
 	opts.RegisterFlags(fs)
 	fs.Usage = flagenv.Usage(fs, agent.EnvPrefix, `usage: slingshot-agent [flags]
        slingshot-agent inspect [--json] [--addr URL]

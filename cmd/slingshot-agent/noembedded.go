@@ -8,3 +8,7 @@ import "github.com/slingshot-k8s/slingshot/agent"
 // only, and carries neither the controller nor a database. Build with
 // -tags embedded_controller for --controller=embedded.
 var embeddedController agent.EmbeddedOpener
+
+// defaultController is --controller's default: none, so that the flag is
+// required; "embedded" would be refused by this very binary.
+const defaultController = ""

@@ -4,24 +4,28 @@ package main
 
 import (
 	"bytes"
-	"errors"
+	"strings"
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent"
 )
 
 // A binary built without the embedded controller refuses
-// --controller=embedded (the flag's default) before it starts anything,
-// and says how to get one.
+// --controller=embedded before it starts anything, and says how to get
+// one; its --controller has no default, so that a default is never one
+// the binary refuses (issue 26).
 func TestEmbeddedControllerNeedsTheBuildTag(t *testing.T) {
-	for _, args := range [][]string{
-		{"--node-name", "n"},
-		{"--node-name", "n", "--controller", "embedded"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-name", "n"}, "--controller is required"},
+		{[]string{"--node-name", "n", "--controller", "embedded"}, agent.ErrNoEmbeddedController.Error()},
 	} {
 		var out bytes.Buffer
-		err := run(args, &out, &out)
-		if !errors.Is(err, agent.ErrNoEmbeddedController) || exitCode(err) != 2 {
-			t.Errorf("%v: err %v, exit %d; want ErrNoEmbeddedController, exit 2", args, err, exitCode(err))
+		err := run(tc.args, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || exitCode(err) != 2 {
+			t.Errorf("%v: err %v, exit %d; want %q, exit 2", tc.args, err, exitCode(err), tc.want)
 		}
 	}
 }

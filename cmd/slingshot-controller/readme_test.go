@@ -10,19 +10,19 @@ import (
 	"time"
 )
 
-// TestREADMEFlagTable keeps the README's table of controller flags in
-// step with the flags: every flag it names exists, and where a row gives
-// one default per flag, each is the flag's.
+// TestREADMEFlagTable keeps the documented table of controller flags
+// (docs/configuration.md) in step with the flags: every flag it names
+// exists, and where a row gives one default per flag, each is the flag's.
 func TestREADMEFlagTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(b), "\n### Controller\n")
+	_, section, ok := strings.Cut(string(b), "\n## Controller\n")
 	if !ok {
-		t.Fatal("README: no Controller section")
+		t.Fatal("docs/configuration.md: no Controller section")
 	}
-	section, _, _ = strings.Cut(section, "\n### ")
+	section, _, _ = strings.Cut(section, "\n## ")
 	flags := map[string]*flag.Flag{}
 	flagSet(&Config{}, io.Discard).VisitAll(func(f *flag.Flag) { flags[f.Name] = f })
 	code := regexp.MustCompile("`([^`]*)`")

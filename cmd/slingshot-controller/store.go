@@ -123,7 +123,7 @@ func (c *Config) sliceRange(pool string, i int) string {
 }
 
 // runTransfer runs the one-shot "export" and "import" commands, which
-// move every lease between stores (see the README, Switching stores).
+// move every lease between stores (see docs/configuration.md, the controller's export and import).
 // Run them with the controller stopped.
 func runTransfer(ctx context.Context, cmd string, args []string, getenv func(string) string, in io.Reader, out, errw io.Writer) error {
 	c := &Config{}

@@ -125,7 +125,16 @@ func encodeState(st *state) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return append(b, "]}\n"...), nil
+	b = append(b, ']')
+	if len(st.Faults) > 0 {
+		faults, err := json.Marshal(st.Faults)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `,"faults":`...)
+		b = append(b, faults...)
+	}
+	return append(b, "}\n"...), nil
 }
 
 // UnmarshalJSON decodes a serviceRecord.
@@ -192,6 +201,11 @@ func (st *state) check() error {
 			lePools[s.LEPool] = true
 		}
 	}
+	for _, f := range st.Faults {
+		if err := f.validate(); err != nil {
+			return err
+		}
+	}
 	if rmu > numRMUEntries {
 		return fmt.Errorf("%d RMU entries in use", rmu)
 	}
@@ -216,6 +230,7 @@ func (st *state) clone() *state {
 	for i, s := range st.Services {
 		c.Services[i] = s.clone()
 	}
+	c.Faults = slices.Clone(st.Faults)
 	return &c
 }
 

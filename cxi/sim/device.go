@@ -188,6 +188,10 @@ func (d *Device) dispatch(raw []byte) error {
 		var resp uapi.SvcAllocResp
 		var rc syscall.Errno
 		err = d.update(func(st *state) (bool, syscall.Errno) {
+			if errno := st.fire(op); errno != 0 {
+				rc = errno
+				return true, 0
+			}
 			id, fail, errno := st.alloc(c.Desc, "user")
 			rc = errno
 			if errno != 0 {
@@ -212,6 +216,9 @@ func (d *Device) dispatch(raw []byte) error {
 			return syscall.EINVAL
 		}
 		return d.update(func(st *state) (bool, syscall.Errno) {
+			if errno := st.fire(op); errno != 0 {
+				return true, errno
+			}
 			errno := st.destroy(c.SvcID)
 			return errno == 0, errno
 		})
@@ -222,6 +229,11 @@ func (d *Device) dispatch(raw []byte) error {
 			return syscall.EINVAL
 		}
 		return d.update(func(st *state) (bool, syscall.Errno) {
+			if c.Enable {
+				if errno := st.fire(op); errno != 0 {
+					return true, errno
+				}
+			}
 			// A failed enable leaves the service disabled: save either way.
 			errno := st.setEnable(c.SvcID, c.Enable)
 			return true, errno
@@ -233,6 +245,9 @@ func (d *Device) dispatch(raw []byte) error {
 			return syscall.EINVAL
 		}
 		return d.update(func(st *state) (bool, syscall.Errno) {
+			if errno := st.fire(op); errno != 0 {
+				return true, errno
+			}
 			return st.setNetns(c.SvcID, c.Netns)
 		})
 

@@ -61,6 +61,8 @@ type state struct {
 	// DefaultDisabled mirrors the module parameter disable_default_svc.
 	DefaultDisabled bool       `json:"default_disabled"`
 	Services        []*service `json:"services"` // sorted by ID
+	// Faults are the refusals a test injected ([Device.InjectFault]).
+	Faults []Fault `json:"faults,omitempty"`
 }
 
 // service is one service: the stored descriptor and the rgroup behind it.

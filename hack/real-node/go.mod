@@ -50,6 +50,7 @@ tool (
 
 require (
 	github.com/google/go-containerregistry v0.22.1
+	github.com/prometheus/common v0.72.0
 	github.com/slingshot-k8s/slingshot v0.0.0-00010101000000-000000000000
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.85.0
@@ -178,7 +179,6 @@ require (
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/rubenv/sql-migrate v1.8.1 // indirect

@@ -190,7 +190,13 @@ func TestRenderFeatures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o != nil {
+			switch {
+			case o == nil:
+			case o.Name == "slingshot-viewer" || o.Name == "slingshot-agent-inspector":
+				// kubectl slingshot's roles, counted apart: the
+				// counts below are the programs' own.
+				kinds[o.GVK.Kind+" of kubectl slingshot"]++
+			default:
 				kinds[o.GVK.Kind]++
 			}
 		}
@@ -218,6 +224,17 @@ func TestRenderFeatures(t *testing.T) {
 	for kind, want := range map[string]int{"Deployment": 1, "PersistentVolumeClaim": 0, "Role": 1, "RoleBinding": 1} {
 		if kube[kind] != want {
 			t.Errorf("store kube: %d %s, want %d", kube[kind], kind, want)
+		}
+	}
+	for _, tc := range []struct {
+		values map[string]any
+		want   int
+	}{{nil, 1}, {map[string]any{"kubectlPlugin": map[string]any{"rbac": false}}, 0}} {
+		got := count(tc.values)
+		for _, kind := range []string{"ClusterRole of kubectl slingshot", "Role of kubectl slingshot"} {
+			if got[kind] != tc.want {
+				t.Errorf("values %v: %d %s, want %d", tc.values, got[kind], kind, tc.want)
+			}
 		}
 	}
 	embedded := count(map[string]any{"controller": map[string]any{"enabled": false}})

@@ -64,6 +64,11 @@ type Options struct {
 	// NICs on the mock node (default 2) and device-plugin shares of each
 	// (default 16, so that a burst of 30 one-NIC pods fits).
 	NICs, SharesPerNIC int
+	// Nodes is the number of nodes (default 1). One node runs beside the
+	// control plane, in the namespaces of this process (node.Start); more
+	// run each in namespaces of its own (node.StartCluster), each with its
+	// own mock machine, and the controller on the first.
+	Nodes int
 	// HSNInterface turns on the agent's hsn interface for the NIC
 	// resource (agent.hsnInterface, macvlan) with the controller's IP
 	// pool IPPool. The hsn netdevs the mock NICs name exist in the node's
@@ -79,7 +84,10 @@ type Options struct {
 	Logf      func(format string, args ...any)
 }
 
-// Env is the running node with the project installed.
+// Env is the running node with the project installed. With several nodes
+// (Options.Nodes) each node has an Env of its own (Nodes), the same but
+// for the node's fields (Node, Machine, the agent's URLs and paths,
+// Capacity); the first node's is the one Setup returns.
 type Env struct {
 	Node    *node.Node
 	Release *install.Release
@@ -99,7 +107,13 @@ type Env struct {
 	// its init container installs slingshot-ipam into: the chart's
 	// ipam.socket and ipam.cniBinDir, under the node's root.
 	IPAMSocket, CNIBinDir string
-	opts                  Options
+	// Every path above is where this process finds it; the node's own
+	// processes (and the chart values) see it at Node.NodePath of it.
+	opts Options
+	// nodes are every node's Env, this one's among them; cluster is the
+	// control plane and nodes of a cluster of several, nil for one node.
+	nodes   []*Env
+	cluster *node.Cluster
 	// chartDRA says whether the chart has the api value and the dra
 	// block, at draValues in its values.
 	chartDRA  bool
@@ -124,7 +138,7 @@ func Build(ctx context.Context, o Options) error {
 	}
 	bin := filepath.Join(o.Root, "bin")
 	start := time.Now()
-	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam"); err != nil {
+	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam", "./cmd/kubectl-slingshot"); err != nil {
 		return err
 	}
 	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
@@ -142,32 +156,9 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	binOut := filepath.Join(o.Root, "bin")
-	machine, err := writeMachine(filepath.Join(o.Root, "machine"), o.NICs)
+	e, err := startNodes(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("mock machine: %w", err)
-	}
-	var hsn []string
-	for _, nic := range machine.NICs {
-		if nic.NetDev != "" {
-			hsn = append(hsn, nic.NetDev)
-		}
-	}
-	n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, HSNNetdevs: hsn, Logf: o.Logf})
-	if err != nil {
-		return nil, err
-	}
-	e := &Env{
-		Node: n, Machine: machine, opts: o,
-		AgentURL:       fmt.Sprintf("http://%s:%d", n.IP, AgentPort),
-		InspectURL:     fmt.Sprintf("http://127.0.0.1:%d", InspectPort),
-		ControllerAddr: fmt.Sprintf("%s:%d", n.IP, GRPCPort),
-		IPAMSocket:     filepath.Join(o.Root, "ipam-run", "ipam.sock"),
-		CNIBinDir:      filepath.Join(o.Root, "cni-bin"),
-		StateDir:       filepath.Join(o.Root, "agent-state"),
-	}
-	e.SimStateDir = filepath.Join(e.StateDir, "cxi-sim")
-	if o.API == APIDevicePlugin {
-		e.Capacity = o.NICs * o.SharesPerNIC
+		return e, err
 	}
 	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
 	defaults, err := install.ChartValues(chartDir)
@@ -175,39 +166,127 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		return e, err
 	}
 	e.draValues, e.chartDRA = draChartValues(defaults)
+	for _, ne := range e.nodes[1:] {
+		ne.chartDRA, ne.draValues = e.chartDRA, e.draValues
+	}
 	if o.API == APIDRA && !e.chartDRA {
 		return e, fmt.Errorf("cluster: the chart in %s has no api and dra values: it predates the agent's DRA front end", chartDir)
 	}
 	start := time.Now()
-	if err := e.importImages(ctx, binOut); err != nil {
-		return e, err
+	for _, ne := range e.nodes {
+		if err := ne.importImages(ctx, binOut); err != nil {
+			return e, err
+		}
 	}
 	o.logf("cluster: images imported in %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	e.Release = &install.Release{
-		Kubeconfig: n.Kubeconfig, ChartDir: chartDir,
+		Kubeconfig: e.Node.Kubeconfig, ChartDir: chartDir,
 		Name: ReleaseName, Namespace: Namespace, Values: e.values(), Timeout: 5 * time.Minute,
 	}
 	if err := e.Release.Install(ctx); err != nil {
 		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
+	}
+	for _, ne := range e.nodes[1:] {
+		ne.Release = e.Release
 	}
 	// Helm's wait takes a DaemonSet of one pod with maxUnavailable 1 for
 	// ready when none is: wait for the agent itself.
 	if err := e.WaitDaemonSetReady(ctx, ReleaseName+"-agent"); err != nil {
 		return e, err
 	}
-	if o.API == APIDRA {
-		if _, err := e.WaitResourceSlices(ctx, e.PhysicalNICs()); err != nil {
-			return e, err
+	for _, ne := range e.nodes {
+		if o.API == APIDRA {
+			if _, err := ne.WaitResourceSlices(ctx, ne.PhysicalNICs()); err != nil {
+				return e, err
+			}
+			continue
 		}
-		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in the node's ResourceSlices, in %s", e.chartDRA, e.PhysicalNICs(), time.Since(start).Round(time.Millisecond))
+		if err := ne.WaitAllocatable(ctx, ne.Capacity); err != nil {
+			return e, fmt.Errorf("%w\n%s", err, ne.Describe(ctx))
+		}
+	}
+	if o.API == APIDRA {
+		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in the ResourceSlices of each of %d node(s), in %s", e.chartDRA, e.PhysicalNICs(), len(e.nodes), time.Since(start).Round(time.Millisecond))
 		return e, nil
 	}
-	if err := e.WaitAllocatable(ctx, e.Capacity); err != nil {
-		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
-	}
-	o.logf("cluster: chart installed, %s=%d allocatable, in %s", Resource, e.Capacity, time.Since(start).Round(time.Millisecond))
+	o.logf("cluster: chart installed, %s=%d allocatable on each of %d node(s), in %s", Resource, e.Capacity, len(e.nodes), time.Since(start).Round(time.Millisecond))
 	return e, nil
+}
+
+// startNodes writes each node's mock machine and starts the node, or the
+// cluster of nodes, and returns the first node's Env (nil on error
+// before anything started).
+func startNodes(ctx context.Context, o Options) (*Env, error) {
+	var roots []string // each node's root, as this process finds it
+	var specs []node.NodeSpec
+	var machines []*mocksysfs.Truth
+	for i := range o.Nodes {
+		root := o.Root
+		if o.Nodes > 1 {
+			root = node.ClusterNodeRoot(o.Root, node.ClusterNodeName(i))
+		}
+		// A seed of each node's own: the NICs' NIDs differ between nodes,
+		// as on a fabric.
+		machine, err := writeMachine(filepath.Join(root, "machine"), o.NICs, 7+int64(i))
+		if err != nil {
+			return nil, fmt.Errorf("mock machine: %w", err)
+		}
+		var hsn []string
+		for _, nic := range machine.NICs {
+			if nic.NetDev != "" {
+				hsn = append(hsn, nic.NetDev)
+			}
+		}
+		roots, machines = append(roots, root), append(machines, machine)
+		specs = append(specs, node.NodeSpec{HSNNetdevs: hsn})
+	}
+	var nodes []*node.Node
+	var c *node.Cluster
+	if o.Nodes == 1 {
+		n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, HSNNetdevs: specs[0].HSNNetdevs, Logf: o.Logf})
+		if err != nil {
+			return nil, err
+		}
+		nodes = []*node.Node{n}
+	} else {
+		var err error
+		if c, err = node.StartCluster(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, Logf: o.Logf}, specs); err != nil {
+			return nil, err
+		}
+		nodes = c.Nodes
+	}
+	var envs []*Env
+	for i, n := range nodes {
+		e := &Env{
+			Node: n, Machine: machines[i], opts: o, cluster: c,
+			AgentURL:   fmt.Sprintf("http://%s:%d", n.IP, AgentPort),
+			InspectURL: fmt.Sprintf("http://127.0.0.1:%d", InspectPort),
+			// The controller runs on the first node (values).
+			ControllerAddr: fmt.Sprintf("%s:%d", nodes[0].IP, GRPCPort),
+			IPAMSocket:     filepath.Join(roots[i], "ipam-run", "ipam.sock"),
+			CNIBinDir:      filepath.Join(roots[i], "cni-bin"),
+			StateDir:       filepath.Join(roots[i], "agent-state"),
+		}
+		e.SimStateDir = filepath.Join(e.StateDir, "cxi-sim")
+		if o.API == APIDevicePlugin {
+			e.Capacity = o.NICs * o.SharesPerNIC
+		}
+		envs = append(envs, e)
+	}
+	for _, e := range envs {
+		e.nodes = envs
+	}
+	return envs[0], nil
+}
+
+// Nodes are every node's Env, the first node's first; one for a single
+// node.
+func (e *Env) Nodes() []*Env {
+	if len(e.nodes) == 0 {
+		return []*Env{e}
+	}
+	return e.nodes
 }
 
 func (o *Options) defaults() error {
@@ -232,6 +311,9 @@ func (o *Options) defaults() error {
 	}
 	if o.SharesPerNIC == 0 {
 		o.SharesPerNIC = 16
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 1
 	}
 	switch o.API {
 	case "":
@@ -265,8 +347,8 @@ func findRepo() (string, error) {
 // writeMachine writes a mock node's sysfs tree and turns its /dev/cxiN
 // into character devices: containerd refuses a device spec whose host
 // path is a regular file.
-func writeMachine(dir string, nics int) (*mocksysfs.Truth, error) {
-	truth, err := mocksysfs.Write(dir, mocksysfs.Spec{NICs: nics, NUMANodes: 2, Seed: 7})
+func writeMachine(dir string, nics int, seed int64) (*mocksysfs.Truth, error) {
+	truth, err := mocksysfs.Write(dir, mocksysfs.Spec{NICs: nics, NUMANodes: 2, Seed: seed})
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +375,10 @@ func (e *Env) importImages(ctx context.Context, bin string) error {
 			"/usr/local/bin/slingshot-ipam":  filepath.Join(bin, "slingshot-ipam"),
 		},
 			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
-		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller")},
+		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{
+			"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller"),
+			"/usr/local/bin/kubectl-slingshot":    filepath.Join(bin, "kubectl-slingshot"),
+		},
 			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
 	}
 	dir := filepath.Join(e.opts.Root, "images")
@@ -325,20 +410,23 @@ func toAny(ss []string) []any {
 
 func (e *Env) values() map[string]any {
 	n := e.Node
+	// Paths as the node's processes see them: the same on every node.
+	at := n.NodePath
+	controllerNode := e.Nodes()[0].Node
 	v := map[string]any{
 		// Images imported into containerd, never pulled.
 		"image": map[string]any{"registry": Registry, "tag": Tag, "pullPolicy": "Never"},
 		"agent": map[string]any{
 			// The simulated driver on the mock tree (development values).
 			"cxiDriver": "sim", "privileged": false,
-			"sysfsPath": e.Machine.SysRoot, "devPath": e.Machine.DevRoot,
+			"sysfsPath": at(e.Machine.SysRoot), "devPath": at(e.Machine.DevRoot),
 			// Every host path under the node's root.
-			"kubeletDir": n.KubeletDir, "cdiDir": n.CDIDir, "stateDir": e.StateDir,
+			"kubeletDir": at(n.KubeletDir), "cdiDir": at(n.CDIDir), "stateDir": at(e.StateDir),
 			// No cluster DNS: the controller on the node's address.
 			"controllerAddress": e.ControllerAddr,
 			// The node's containerd socket is under its root, not at
 			// containerd's default path.
-			"extraArgs": append([]any{"--cri-socket=" + n.ContainerdSocket}, toAny(e.opts.AgentArgs)...),
+			"extraArgs": append([]any{"--cri-socket=" + at(n.ContainerdSocket)}, toAny(e.opts.AgentArgs)...),
 			"logLevel":  "debug",
 			// Enough shares that a burst of one-NIC pods fits; the
 			// rest of the agent's configuration is the chart's.
@@ -350,22 +438,26 @@ func (e *Env) values() map[string]any {
 			// No storage provisioner: the database on an emptyDir.
 			"persistence": map[string]any{"enabled": false},
 			// No Service proxy: the node's network, and the API server
-			// at the node's address.
+			// at its address.
 			"hostNetwork": true,
 			"extraEnv": []any{
-				map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": n.IP},
+				map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": n.APIServerHost()},
 				map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(node.APIServerPort)},
 			},
 			"quarantine": "30s",
 			"logLevel":   "debug",
-			// The agents dial the node's address: the certificate
-			// the chart makes (no cert-manager here) names it.
-			"tls": map[string]any{"ipAddresses": []any{n.IP}},
+			// The agents dial the controller's node's address: the
+			// certificate the chart makes (no cert-manager here) names it.
+			"tls": map[string]any{"ipAddresses": []any{controllerNode.IP}},
 		},
 		// The IPAM socket's and the CNI bin dir's host paths under the
 		// node's root, never the machine's /run or /opt/cni/bin; the init
 		// container installs slingshot-ipam there from the agent image.
-		"ipam": map[string]any{"socket": e.IPAMSocket, "cniBinDir": e.CNIBinDir, "installPlugin": true},
+		"ipam": map[string]any{"socket": at(e.IPAMSocket), "cniBinDir": at(e.CNIBinDir), "installPlugin": true},
+	}
+	if len(e.Nodes()) > 1 {
+		// On the first node, whose address the agents dial (ControllerAddr).
+		v["controller"].(map[string]any)["nodeSelector"] = map[string]any{"kubernetes.io/hostname": controllerNode.Name}
 	}
 	if e.opts.HSNInterface {
 		agent := v["agent"].(map[string]any)
@@ -419,7 +511,7 @@ func (e *Env) WaitDaemonSetReady(ctx context.Context, name string) error {
 			return false, nil
 		}
 		st = ds.Status
-		return st.DesiredNumberScheduled > 0 && st.NumberReady == st.DesiredNumberScheduled && st.UpdatedNumberScheduled == st.DesiredNumberScheduled, nil
+		return st.DesiredNumberScheduled >= int32(len(e.Nodes())) && st.NumberReady == st.DesiredNumberScheduled && st.UpdatedNumberScheduled == st.DesiredNumberScheduled, nil
 	})
 	if err != nil {
 		return fmt.Errorf("DaemonSet %s ready (%+v): %w\n%s", name, st, err, e.Describe(ctx))
@@ -427,12 +519,21 @@ func (e *Env) WaitDaemonSetReady(ctx context.Context, name string) error {
 	return nil
 }
 
+// PluginPath is kubectl-slingshot as Build built it from the project
+// (the kubectl plugin, which the controller's image carries too).
+func (e *Env) PluginPath() string { return filepath.Join(e.opts.Root, "bin", "kubectl-slingshot") }
+
 // KubectlPath is the kubectl built beside the node's components.
 func (e *Env) KubectlPath() string { return filepath.Join(e.opts.BinDir, "kubectl") }
 
-// Stop stops the node's components.
+// Stop stops the node's components; with several nodes, every node and
+// the control plane (Node.Stop stops one node alone).
 func (e *Env) Stop() {
-	if e != nil && e.Node != nil {
+	switch {
+	case e == nil:
+	case e.cluster != nil:
+		e.cluster.Stop()
+	case e.Node != nil:
 		e.Node.Stop()
 	}
 }

@@ -72,7 +72,7 @@ func (e *Env) setAPIValues(v map[string]any) {
 		// server at the node's address, as for the controller.
 		agent := v["agent"].(map[string]any)
 		agent["extraEnv"] = append(toSlice(agent["extraEnv"]),
-			map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": e.Node.IP},
+			map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": e.Node.APIServerHost()},
 			map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(node.APIServerPort)})
 	}
 	if !e.chartDRA {
@@ -85,7 +85,7 @@ func (e *Env) setAPIValues(v map[string]any) {
 	dst["api"] = e.opts.API
 	if e.opts.API == APIDRA {
 		dst["dra"] = map[string]any{
-			"driverName": DRADriver, "nriSocket": e.Node.NRISocket, "deviceClasses": true,
+			"driverName": DRADriver, "nriSocket": e.Node.NodePath(e.Node.NRISocket), "deviceClasses": true,
 		}
 	}
 }
@@ -197,7 +197,7 @@ func ClaimJob(name string, pods int, template string) *batchv1.Job {
 // start (the workload's svccheck lines).
 func (e *Env) WithServiceCheck(spec *corev1.PodSpec) {
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "sim-state", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: e.SimStateDir, Type: ptr.To(corev1.HostPathDirectory)},
+		HostPath: &corev1.HostPathVolumeSource{Path: e.Node.NodePath(e.SimStateDir), Type: ptr.To(corev1.HostPathDirectory)},
 	}})
 	for i := range spec.Containers {
 		c := &spec.Containers[i]

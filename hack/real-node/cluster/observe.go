@@ -6,14 +6,23 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -29,35 +38,126 @@ import (
 // Inspect is the agent's own report: NICs, services (with members and
 // VNIs, as the driver lists them) and pods.
 func (e *Env) Inspect(ctx context.Context) (*inspect.Report, error) {
-	return inspect.Fetch(ctx, e.InspectURL)
+	if e.cluster == nil {
+		return inspect.Fetch(ctx, e.InspectURL)
+	}
+	return e.inspectInNetns(ctx)
+}
+
+// inspectInNetns fetches the report of the agent of a cluster's node,
+// which serves it on the node's own loopback, over a connection made in
+// the node's network namespace.
+func (e *Env) inspectInNetns(ctx context.Context) (*inspect.Report, error) {
+	pid := e.Node.InitPID()
+	if pid == 0 {
+		return nil, fmt.Errorf("inspect %s: the node does not run", e.Node.Name)
+	}
+	netns := fmt.Sprintf("/proc/%d/ns/net", pid)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(ctx, netns, network, addr)
+		},
+		DisableKeepAlives: true,
+	}}
+	url := e.InspectURL + inspect.Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", e.Node.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("inspect %s: %s: %s", e.Node.Name, resp.Status, bytes.TrimSpace(b))
+	}
+	var r inspect.Report
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", e.Node.Name, err)
+	}
+	return &r, nil
+}
+
+// dialInNetns dials addr from the network namespace at nsPath: a socket
+// stays in the namespace it was made in, so only its making needs a
+// thread there: a goroutine of its own, locked to its thread and never
+// unlocked, so that the runtime ends the thread with it and the switched
+// thread runs nothing else.
+func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
+	f, err := os.Open(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: os.NewSyscallError("setns "+nsPath, err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
 }
 
 // VNIs asks the controller for its leases and quarantine, as an agent
 // would: over TLS, trusting the CA the chart made, with a token of the
 // agent's ServiceAccount for the controller's audience.
 func (e *Env) VNIs(ctx context.Context) (*apiv1.ListVNIsResponse, error) {
+	var resp *apiv1.ListVNIsResponse
+	err := e.callController(ctx, func(ctx context.Context, c apiv1.ControllerClient) (err error) {
+		resp, err = c.ListVNIs(ctx, &apiv1.ListVNIsRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Slices asks the controller, as VNIs does, for its pools and the slices
+// leased of them: of pool ("" for every pool) to node ("" for every
+// node).
+func (e *Env) Slices(ctx context.Context, pool, node string) (*apiv1.ListSlicesResponse, error) {
+	var resp *apiv1.ListSlicesResponse
+	err := e.callController(ctx, func(ctx context.Context, c apiv1.ControllerClient) (err error) {
+		resp, err = c.ListSlices(ctx, &apiv1.ListSlicesRequest{Pool: pool, Node: node})
+		return err
+	})
+	return resp, err
+}
+
+// callController runs call on a connection to the controller made as an
+// agent makes it, and closes it.
+func (e *Env) callController(ctx context.Context, call func(context.Context, apiv1.ControllerClient) error) error {
 	tok, err := e.Node.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, ReleaseName+"-agent", &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{Audiences: []string{"slingshot-controller"}},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("agent token: %w", err)
+		return fmt.Errorf("agent token: %w", err)
 	}
 	sec, err := e.Node.Client.CoreV1().Secrets(Namespace).Get(ctx, ReleaseName+"-controller-tls", metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("controller certificate: %w", err)
+		return fmt.Errorf("controller certificate: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(sec.Data["ca.crt"]) {
-		return nil, fmt.Errorf("controller certificate: no CA in %s", sec.Name)
+		return fmt.Errorf("controller certificate: no CA in %s", sec.Name)
 	}
 	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 	conn, err := grpc.NewClient(e.ControllerAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer conn.Close()
-	ctx = metadataWithToken(ctx, tok.Status.Token)
-	return apiv1.NewControllerClient(conn).ListVNIs(ctx, &apiv1.ListVNIsRequest{})
+	return call(metadataWithToken(ctx, tok.Status.Token), apiv1.NewControllerClient(conn))
 }
 
 // Process is one process of a pod's containers, as the node sees it.
@@ -122,7 +222,8 @@ func EnvFile(pid int, path string) (map[string]string, error) {
 }
 
 // Describe summarises pods and recent events of every namespace, and the
-// end of the agent's and the kubelet's logs, for a failure message.
+// end of each node's kubelet's and agent's logs (and the controller's),
+// for a failure message.
 func (e *Env) Describe(ctx context.Context) string {
 	var b strings.Builder
 	c := e.Node.Client.CoreV1()
@@ -141,9 +242,11 @@ func (e *Env) Describe(ctx context.Context) string {
 		}
 	}
 	e.describeClaims(ctx, &b)
-	fmt.Fprintf(&b, "--- kubelet log (end):\n%s\n", e.Node.Kubelet.Tail(20))
-	for _, name := range []string{"agent", "controller"} {
-		fmt.Fprintf(&b, "--- %s container log (end):\n%s\n", name, e.containerLog(name, 30))
+	for _, ne := range e.Nodes() {
+		fmt.Fprintf(&b, "--- %s kubelet log (end):\n%s\n", ne.Node.Name, node.TailFile(ne.Node.KubeletLog(), 20))
+		for _, name := range []string{"agent", "controller"} {
+			fmt.Fprintf(&b, "--- %s %s container log (end):\n%s\n", ne.Node.Name, name, ne.containerLog(name, 30))
+		}
 	}
 	return b.String()
 }
@@ -241,4 +344,49 @@ func AgentMemory() (rss, peak, anon int64, err error) {
 		return 0, 0, 0, err
 	}
 	return rss, peak, anon, nil
+}
+
+// AgentCounter sums the agent's series of the counter (or histogram
+// _count) name whose labels include every one of match, from its /metrics.
+func (e *Env) AgentCounter(ctx context.Context, name string, match map[string]string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.InspectURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("agent metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("agent metrics: %w", err)
+	}
+	var sum float64
+	for _, m := range families[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if !containsAll(labels, match) {
+			continue
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetHistogram() != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum, nil
+}
+
+func containsAll(labels, match map[string]string) bool {
+	for k, v := range match {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
 }

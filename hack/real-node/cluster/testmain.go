@@ -18,7 +18,14 @@ import (
 // up with options(root), hands it to use, runs the tests (run, usually
 // testing.M's Run) and stops the node. Starting a node and installing the
 // chart takes a minute, so a package's tests share one.
+//
+// With several nodes (Options.Nodes) each node's init is the test binary
+// run once more, inside the namespaces of its own (node.StartCluster);
+// there TestMain runs the node alone.
 func TestMain(run func() int, options func(root string) Options, use func(*Env)) int {
+	if node.IsWorker() {
+		return node.RunWorker()
+	}
 	root, inside := node.Inside()
 	if !inside {
 		code, err := node.Enter(os.Getenv("REAL_NODE_TMP"), func(root string) error {
@@ -34,7 +41,7 @@ func TestMain(run func() int, options func(root string) Options, use func(*Env))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	opts := options(root)
-	fmt.Printf("real node (api %s): root %s; logs in %s\n", orDefault(opts.API, APIDevicePlugin), root, filepath.Join(root, "logs"))
+	fmt.Printf("real node (api %s, %d node(s)): root %s; logs in %s\n", orDefault(opts.API, APIDevicePlugin), max(opts.Nodes, 1), root, filepath.Join(root, "logs"))
 	setupCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	env, err := Setup(setupCtx, opts)
 	cancel()

@@ -18,7 +18,8 @@ import (
 // lines); the containers have the SLINGSHOT_* environment and their
 // /dev/cxiN. Deleting the Job (the garbage collector deletes the pods and
 // their claims) destroys the services, removes the claims' CDI specs and
-// releases the node's hold on the VNI.
+// releases the node's hold on the VNI. The node asks the controller once
+// for both claims.
 func TestDRAJobSharesVNI(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
@@ -26,9 +27,22 @@ func TestDRAJobSharesVNI(t *testing.T) {
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("a", 2, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)
+	acquires := func() float64 {
+		n, err := env.AgentCounter(ctx, "slingshot_agent_controller_request_duration_seconds", map[string]string{"op": "acquire"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := acquires()
 	pods, err := env.RunJob(ctx, ns, job)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The two claims share the node's lease of the Job: one controller
+	// call (the pods' Job label, from the agent's watch of its pods).
+	if calls := acquires() - before; calls != 1 {
+		t.Errorf("%v controller acquire calls for a Job's two claims on one node, want 1", calls)
 	}
 	var (
 		vni    uint16

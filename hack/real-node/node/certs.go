@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,7 +36,21 @@ var tokenUsers = []struct{ user, groups string }{
 	// system:node:<name> is added per node.
 }
 
-func newPKI(dir, nodeName string, ips []net.IP) (*pki, error) {
+// pkiNode is one kubelet the credentials are made for: its serving
+// certificate names it and its address, and it gets the token of
+// system:node:<name>.
+type pkiNode struct {
+	name string
+	ip   net.IP
+}
+
+// kubeletCert is the base name of node name's kubelet serving
+// certificate and key in the pki directory.
+func kubeletCert(name string) string { return "kubelet-" + name }
+
+// newPKI makes the credentials of a cluster whose API server serves on
+// apiIPs, for the kubelets of nodes.
+func newPKI(dir string, apiIPs []net.IP, nodes []pkiNode) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -67,20 +82,22 @@ func newPKI(dir, nodeName string, ips []net.IP) (*pki, error) {
 	serving := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: ips,
+		IPAddresses: apiIPs,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if err := p.issue("apiserver", serving); err != nil {
 		return nil, err
 	}
-	kubeletServing := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: nodeName},
-		DNSNames:    []string{nodeName, "localhost"},
-		IPAddresses: ips,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if err := p.issue("kubelet", kubeletServing); err != nil {
-		return nil, err
+	for _, n := range nodes {
+		kubeletServing := &x509.Certificate{
+			Subject:     pkix.Name{CommonName: n.name},
+			DNSNames:    []string{n.name, "localhost"},
+			IPAddresses: []net.IP{n.ip, net.ParseIP("127.0.0.1")},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}
+		if err := p.issue(kubeletCert(n.name), kubeletServing); err != nil {
+			return nil, err
+		}
 	}
 	// The API server's client certificate towards the kubelet (logs,
 	// exec); the kubelet trusts the CA for client certificates.
@@ -106,7 +123,10 @@ func newPKI(dir, nodeName string, ips []net.IP) (*pki, error) {
 		return nil, err
 	}
 	var csv strings.Builder
-	users := append(tokenUsers, struct{ user, groups string }{"system:node:" + nodeName, "system:nodes"})
+	users := slices.Clone(tokenUsers)
+	for _, n := range nodes {
+		users = append(users, struct{ user, groups string }{"system:node:" + n.name, "system:nodes"})
+	}
 	for i, u := range users {
 		tok, err := randomToken()
 		if err != nil {

@@ -49,9 +49,9 @@ state = %[2]q
   SystemdCgroup = false
 `,
 		n.path("containerd/root"), n.path("containerd/state"),
-		n.ContainerdSocket, n.ContainerdSocket+".ttrpc",
-		n.path("containerd/opt"), n.NRISocket, PauseImage,
-		n.CDIDir, n.opts.CNIBinDir, n.path("cni/net.d"),
+		n.path("run/containerd.sock"), n.path("run/containerd.sock.ttrpc"),
+		n.path("containerd/opt"), n.path("nri/nri.sock"), PauseImage,
+		n.path("cdi"), n.opts.CNIBinDir, n.path("cni/net.d"),
 		n.opts.Runc, n.path("runc"))
 }
 
@@ -79,7 +79,7 @@ func (n *Node) cniConfig() string {
     {"type": "loopback"}
   ]
 }
-`, n.path("cni/ipam"), PodCIDR)
+`, n.path("cni/ipam"), n.PodCIDR)
 }
 
 // kubeletConfig is the kubelet's configuration file.
@@ -116,9 +116,21 @@ syncFrequency: 5s
 nodeStatusUpdateFrequency: 4s
 serializeImagePulls: false
 shutdownGracePeriod: 0s
-`,
-		n.ContainerdSocket, filepath.Join(n.LogDir, "pods"), n.path("kubelet-plugins"),
-		n.pki.path("ca.crt"), n.pki.path("kubelet.crt"), n.pki.path("kubelet.key"))
+%[7]s`,
+		n.path("run/containerd.sock"), filepath.Join(n.logDir(), "pods"), n.path("kubelet-plugins"),
+		n.pki.path("ca.crt"), n.pki.path(kubeletCert(n.Name)+".crt"), n.pki.path(kubeletCert(n.Name)+".key"),
+		n.cgroupRootConfig())
+}
+
+// cgroupRootConfig is the kubelet configuration's cgroupRoot line on a
+// node of a cluster, "" on Start's node (the kubelet's default, "/").
+// Two kubelets under one cgroup root would each take the other's pods'
+// cgroups for orphans of its own and kill them.
+func (n *Node) cgroupRootConfig() string {
+	if n.opts.cgroupRoot == "" {
+		return ""
+	}
+	return fmt.Sprintf("# Its own cgroup root: a kubelet removes the pod cgroups under its root\n# that are not its pods'.\ncgroupRoot: %q\n", n.opts.cgroupRoot)
 }
 
 func writeFiles(files map[string]string) error {

@@ -18,10 +18,11 @@ import (
 const rootEnv = "SLINGSHOT_REAL_NODE_ROOT"
 
 // Inside reports whether the program runs as the node's init, inside the
-// namespaces [Enter] made, and the node's root directory if so.
+// namespaces [Enter] made, and the node's root directory if so. The init
+// of a cluster node's namespaces (IsWorker) is not.
 func Inside() (root string, ok bool) {
 	root = os.Getenv(rootEnv)
-	return root, root != "" && os.Getpid() == 1
+	return root, root != "" && os.Getpid() == 1 && !IsWorker()
 }
 
 // Enter runs this program again, with the same arguments, as PID 1 of new

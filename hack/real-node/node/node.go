@@ -4,6 +4,8 @@
 // can stop and start again. Everything the node writes is under one root
 // directory, and it runs as the init of its own PID, mount and network
 // namespaces ([Enter]), so that nothing of it outlives the run.
+// [StartCluster] runs one control plane and several nodes instead, each
+// node's containerd and kubelet in namespaces of their own.
 package node
 
 import (
@@ -58,8 +60,9 @@ type Options struct {
 	Etcd, Runc string
 	// CNIBinDir holds the CNI plugins; default /usr/lib/cni (Debian).
 	CNIBinDir string
-	// NodeName default "node-1"; NodeIP default DefaultNodeIP.
-	NodeName, NodeIP string
+	// NodeName default "node-1"; NodeIP default DefaultNodeIP; PodCIDR
+	// default PodCIDR.
+	NodeName, NodeIP, PodCIDR string
 	// HSNNetdevs are the hsn netdevs of the mock NICs ("hsn0", "hsn1"),
 	// made in the node's network namespace as veth links whose peers are
 	// ports of one bridge, the node's stand-in for the Slingshot fabric:
@@ -70,10 +73,16 @@ type Options struct {
 	Ready time.Duration
 	// Logf reports progress; nil: silent.
 	Logf func(format string, args ...any)
+
+	// cgroupRoot is the kubelet's cgroup root ("": its default, "/") and
+	// logDir where the node's programs log ("": Root/logs); StartCluster
+	// sets both for each node.
+	cgroupRoot, logDir string
 }
 
-// Node is a running single-node cluster. Tests restart its components
-// through the Procs.
+// Node is a running single-node cluster (Start), or one node of a Cluster
+// (StartCluster). Tests restart the components of Start's node through
+// the Procs.
 type Node struct {
 	opts Options
 	pki  *pki
@@ -90,11 +99,90 @@ type Node struct {
 	// containerd reads; KubeletDir the kubelet's root directory; LogDir
 	// every component's log.
 	ContainerdSocket, NRISocket, CDIDir, KubeletDir, LogDir string
+	// PodCIDR is the range the node's pods get addresses from.
+	PodCIDR string
 
+	// Etcd, APIServer, ControllerManager and Scheduler are the control
+	// plane's, shared by every node of a cluster (StartCluster).
+	// Containerd and Kubelet are nil on a node of a cluster: they run in
+	// the node's own namespaces, under its init (Stop stops it).
 	Etcd, APIServer, ControllerManager, Scheduler, Containerd, Kubelet *Proc
+
+	// apiHost is the API server's address as the node reaches it; "":
+	// the node's own (Start).
+	apiHost string
+	// hostRoot is where this process finds opts.Root, which the node's
+	// own processes see at opts.Root: the same directory for Start's
+	// node, ClusterNodeRoot for a node of a cluster.
+	hostRoot string
+	// worker is the init of a cluster node's namespaces; nil for Start's.
+	worker *worker
 }
 
+// path is rel under the node's root, as the node's processes see it.
 func (n *Node) path(rel string) string { return filepath.Join(n.opts.Root, rel) }
+
+// APIServerHost is the API server's address as the node's processes
+// reach it: a node's pods on the host network (the controller, the agent
+// with DRA) get it as KUBERNETES_SERVICE_HOST.
+func (n *Node) APIServerHost() string {
+	if n.apiHost != "" {
+		return n.apiHost
+	}
+	return n.IP
+}
+
+// NodePath turns a path as this process sees it (the Node's fields, the
+// files a test writes into the node's root) into the same file as the
+// node's own processes see it: what chart values and the node's programs
+// are given. The identity on Start's node, which shares this process's
+// mount namespace; on a node of a cluster the node's root (and its
+// kubelet directory) sit at paths that are the same on every node, so
+// that one set of chart values fits them all.
+func (n *Node) NodePath(p string) string {
+	if n.hostRoot == "" || n.hostRoot == n.opts.Root {
+		return p
+	}
+	if rest, ok := cutDir(p, filepath.Join(n.hostRoot, "kubelet")); ok {
+		return filepath.Join(kubeletRoot, rest)
+	}
+	if rest, ok := cutDir(p, n.hostRoot); ok {
+		return filepath.Join(n.opts.Root, rest)
+	}
+	return p
+}
+
+// HostPath is the inverse of NodePath: a path as the node's processes see
+// it, as this process finds it.
+func (n *Node) HostPath(p string) string {
+	if n.hostRoot == "" || n.hostRoot == n.opts.Root {
+		return p
+	}
+	if rest, ok := cutDir(p, kubeletRoot); ok {
+		return filepath.Join(n.hostRoot, "kubelet", rest)
+	}
+	if rest, ok := cutDir(p, n.opts.Root); ok {
+		return filepath.Join(n.hostRoot, rest)
+	}
+	return p
+}
+
+// cutDir returns p relative to dir, when p is dir or below it.
+func cutDir(p, dir string) (string, bool) {
+	if p == dir {
+		return ".", true
+	}
+	rest, ok := strings.CutPrefix(p, dir+"/")
+	return rest, ok
+}
+
+// KubeletLog is the kubelet's log file, as this process finds it.
+func (n *Node) KubeletLog() string { return filepath.Join(n.LogDir, "kubelet.log") }
+
+// kubeletRoot is the kubelet's root directory on every node: its device
+// manager keeps its sockets and checkpoint in
+// /var/lib/kubelet/device-plugins whatever the root directory says.
+const kubeletRoot = "/var/lib/kubelet"
 
 func (n *Node) logf(format string, args ...any) {
 	if n.opts.Logf != nil {
@@ -114,39 +202,34 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	n := &Node{
-		opts: o, Name: o.NodeName, IP: o.NodeIP,
-		ContainerdSocket: filepath.Join(o.Root, "run/containerd.sock"),
-		NRISocket:        filepath.Join(o.Root, "nri/nri.sock"),
-		CDIDir:           filepath.Join(o.Root, "cdi"),
-		KubeletDir:       "/var/lib/kubelet", // root/kubelet, bind-mounted by privateMounts
-		LogDir:           filepath.Join(o.Root, "logs"),
-		Kubeconfig:       filepath.Join(o.Root, "admin.kubeconfig"),
-	}
+	n := newNode(o, o.Root)
+	n.Kubeconfig = filepath.Join(o.Root, "admin.kubeconfig")
 	defer func() {
 		if err != nil {
 			n.Stop()
 		}
 	}()
-	for _, d := range []string{"run", "nri", "cdi", "kubelet", "logs", "cni/net.d", "cni/ipam"} {
-		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
-			return nil, err
-		}
+	if err := n.makeDirs(); err != nil {
+		return nil, err
 	}
 	if err := n.privateMounts(); err != nil {
 		return nil, fmt.Errorf("node mounts: %w", err)
 	}
-	if err := setupNetwork(n.IP, o.HSNNetdevs); err != nil {
+	if err := setupNetwork(n.IP, o.HSNNetdevs, ""); err != nil {
 		return nil, fmt.Errorf("node network: %w", err)
 	}
 	ip := net.ParseIP(n.IP)
-	if n.pki, err = newPKI(n.path("pki"), n.Name, []net.IP{ip, net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}); err != nil {
+	if n.pki, err = newPKI(n.path("pki"), []net.IP{ip, net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}, []pkiNode{{n.Name, ip}}); err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	if err := n.writeConfigs(); err != nil {
+	if err := n.writeControlPlaneConfigs(); err != nil {
 		return nil, err
 	}
-	n.makeProcs()
+	if err := n.writeNodeConfigs(); err != nil {
+		return nil, err
+	}
+	n.makeControlPlaneProcs()
+	n.makeNodeProcs()
 	steps := []struct {
 		name string
 		run  func(context.Context) error
@@ -168,6 +251,37 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 		n.logf("node: %s up in %s", s.name, time.Since(start).Round(time.Millisecond))
 	}
 	return n, nil
+}
+
+// newNode is the Node of o whose files are at o.Root as its own processes
+// see it and at hostRoot as this process does.
+func newNode(o Options, hostRoot string) *Node {
+	n := &Node{opts: o, Name: o.NodeName, IP: o.NodeIP, PodCIDR: o.PodCIDR, hostRoot: hostRoot}
+	n.ContainerdSocket = n.HostPath(n.path("run/containerd.sock"))
+	n.NRISocket = n.HostPath(n.path("nri/nri.sock"))
+	n.CDIDir = n.HostPath(n.path("cdi"))
+	// root/kubelet, bind-mounted by privateMounts.
+	n.KubeletDir = n.HostPath(kubeletRoot)
+	n.LogDir = n.HostPath(n.logDir())
+	return n
+}
+
+// logDir is where the node's programs write their logs, as they see it.
+func (n *Node) logDir() string {
+	if n.opts.logDir != "" {
+		return n.opts.logDir
+	}
+	return n.path("logs")
+}
+
+// makeDirs makes the directories of the node's root.
+func (n *Node) makeDirs() error {
+	for _, d := range []string{"run", "nri", "cdi", "kubelet", "cni/net.d", "cni/ipam"} {
+		if err := os.MkdirAll(n.HostPath(n.path(d)), 0o755); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(n.LogDir, 0o755)
 }
 
 func (o *Options) defaults() error {
@@ -202,6 +316,9 @@ func (o *Options) defaults() error {
 	if o.NodeIP == "" {
 		o.NodeIP = DefaultNodeIP
 	}
+	if o.PodCIDR == "" {
+		o.PodCIDR = PodCIDR
+	}
 	if o.Ready == 0 {
 		o.Ready = 4 * time.Minute
 	}
@@ -217,16 +334,24 @@ func (o *Options) defaults() error {
 // bind-mounted at /var/lib/kubelet, where the agent's chart values expect
 // it too.
 func (n *Node) privateMounts() error {
+	if err := privateTmpfs(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(kubeletRoot, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(n.path("kubelet"), kubeletRoot, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", n.path("kubelet"), kubeletRoot, err)
+	}
+	return nil
+}
+
+// privateTmpfs mounts tmpfs on /var/lib, /var/log and /run.
+func privateTmpfs() error {
 	for _, dir := range []string{"/var/lib", "/var/log", "/run"} {
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 			return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
 		}
-	}
-	if err := os.MkdirAll(n.KubeletDir, 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount(n.path("kubelet"), n.KubeletDir, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s on %s: %w", n.path("kubelet"), n.KubeletDir, err)
 	}
 	return nil
 }
@@ -235,18 +360,26 @@ func (n *Node) privateMounts() error {
 // address on a link (the node's InternalIP) and a default route through
 // it, and lets it forward for the pods. The link is one end of a veth
 // pair: the CI machine's kernel has no dummy links, and a veth whose peer
-// is up has a carrier. Each of hsn is made the same way, without an
-// address, its peer a port of the bridge FabricBridge, so that the
-// children the agent puts on one hsn netdev reach those on another, as
-// through the fabric's switches.
-func setupNetwork(ip string, hsn []string) error {
-	cmds := [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "name", "node0", "type", "veth", "peer", "name", "node0-peer"},
-		{"addr", "add", ip + "/24", "dev", "node0"},
-		{"link", "set", "node0-peer", "up"},
-		{"link", "set", "node0", "up"},
-		{"route", "add", "default", "dev", "node0"},
+// is up has a carrier. With gateway "" the pair is made here and its peer
+// left alone (Start's node, which runs the control plane too); else the
+// link node0 was moved into the namespace by the cluster, its peer a port
+// of the cluster's bridge, and the default route goes through gateway.
+// Each of hsn is made the same way, without an address, its peer a port
+// of the bridge FabricBridge, so that the children the agent puts on one
+// hsn netdev reach those on another, as through the fabric's switches.
+func setupNetwork(ip string, hsn []string, gateway string) error {
+	cmds := [][]string{{"link", "set", "lo", "up"}}
+	if gateway == "" {
+		cmds = append(cmds, []string{"link", "add", "name", "node0", "type", "veth", "peer", "name", "node0-peer"},
+			[]string{"link", "set", "node0-peer", "up"})
+	}
+	cmds = append(cmds,
+		[]string{"addr", "add", ip + "/24", "dev", "node0"},
+		[]string{"link", "set", "node0", "up"})
+	if gateway == "" {
+		cmds = append(cmds, []string{"route", "add", "default", "dev", "node0"})
+	} else {
+		cmds = append(cmds, []string{"route", "add", "default", "via", gateway, "dev", "node0"})
 	}
 	if len(hsn) > 0 {
 		cmds = append(cmds, []string{"link", "add", "name", FabricBridge, "type", "bridge"},
@@ -263,32 +396,34 @@ func setupNetwork(ip string, hsn []string) error {
 			[]string{"link", "set", peer, "up"},
 			[]string{"link", "set", name, "up"})
 	}
+	if err := runIP(cmds); err != nil {
+		return err
+	}
+	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+}
+
+// runIP runs iproute2's ip with each of cmds in turn.
+func runIP(cmds [][]string) error {
 	for _, c := range cmds {
 		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, out)
 		}
 	}
-	return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	return nil
 }
 
-func (n *Node) writeConfigs() error {
-	server := fmt.Sprintf("https://%s:%d", n.IP, APIServerPort)
+// writeControlPlaneConfigs writes the kubeconfigs of the admin and of
+// the control plane's components and makes the admin's client.
+func (n *Node) writeControlPlaneConfigs() error {
+	server := fmt.Sprintf("https://%s:%d", n.APIServerHost(), APIServerPort)
 	for _, k := range []struct{ file, user string }{
 		{n.Kubeconfig, "admin"},
-		{n.path("pki/controller-manager.kubeconfig"), "system:kube-controller-manager"},
-		{n.path("pki/scheduler.kubeconfig"), "system:kube-scheduler"},
-		{n.path("pki/kubelet.kubeconfig"), "system:node:" + n.Name},
+		{n.pki.path("controller-manager.kubeconfig"), "system:kube-controller-manager"},
+		{n.pki.path("scheduler.kubeconfig"), "system:kube-scheduler"},
 	} {
 		if err := n.pki.kubeconfig(k.file, server, k.user); err != nil {
 			return err
 		}
-	}
-	if err := writeFiles(map[string]string{
-		n.path("containerd/config.toml"):          n.containerdConfig(),
-		n.path("cni/net.d/10-real-node.conflist"): n.cniConfig(),
-		n.path("kubelet-config.yaml"):             n.kubeletConfig(),
-	}); err != nil {
-		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", n.Kubeconfig)
 	if err != nil {
@@ -300,7 +435,27 @@ func (n *Node) writeConfigs() error {
 	return err
 }
 
-func (n *Node) makeProcs() {
+// kubeletKubeconfig is the node's kubelet's kubeconfig, in the pki
+// directory.
+func (n *Node) kubeletKubeconfig() string { return n.pki.path("kubelet-" + n.Name + ".kubeconfig") }
+
+// writeNodeConfigs writes the kubelet's kubeconfig and the configuration
+// of containerd, the CNI plugins and the kubelet.
+func (n *Node) writeNodeConfigs() error {
+	server := fmt.Sprintf("https://%s:%d", n.APIServerHost(), APIServerPort)
+	if err := n.pki.kubeconfig(n.kubeletKubeconfig(), server, "system:node:"+n.Name); err != nil {
+		return err
+	}
+	return writeFiles(map[string]string{
+		n.HostPath(n.path("containerd/config.toml")):          n.containerdConfig(),
+		n.HostPath(n.path("cni/net.d/10-real-node.conflist")): n.cniConfig(),
+		n.HostPath(n.path("kubelet-config.yaml")):             n.kubeletConfig(),
+	})
+}
+
+// makeControlPlaneProcs makes the Procs of etcd, the API server, the
+// controller-manager and the scheduler.
+func (n *Node) makeControlPlaneProcs() {
 	bin := func(b string) string { return filepath.Join(n.opts.BinDir, b) }
 	logf := func(name string) string { return filepath.Join(n.LogDir, name+".log") }
 	p := n.pki.path
@@ -312,7 +467,7 @@ func (n *Node) makeProcs() {
 	}}
 	n.APIServer = &Proc{Name: "kube-apiserver", Path: bin("kube-apiserver"), Log: logf("kube-apiserver"), Args: []string{
 		"--etcd-servers", "http://127.0.0.1:2379",
-		"--bind-address", "0.0.0.0", "--advertise-address", n.IP, "--secure-port", fmt.Sprint(APIServerPort),
+		"--bind-address", "0.0.0.0", "--advertise-address", n.APIServerHost(), "--secure-port", fmt.Sprint(APIServerPort),
 		"--tls-cert-file", p("apiserver.crt"), "--tls-private-key-file", p("apiserver.key"),
 		"--client-ca-file", p("ca.crt"),
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
@@ -336,14 +491,21 @@ func (n *Node) makeProcs() {
 		"--kubeconfig", p("scheduler.kubeconfig"), "--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", "10259",
 	}}
+}
+
+// makeNodeProcs makes the Procs of containerd and the kubelet, with the
+// paths their own process sees.
+func (n *Node) makeNodeProcs() {
+	bin := func(b string) string { return filepath.Join(n.opts.BinDir, b) }
+	logf := func(name string) string { return filepath.Join(n.logDir(), name+".log") }
 	n.Containerd = &Proc{Name: "containerd", Path: bin("containerd"), Log: logf("containerd"),
 		Args: []string{"--config", n.path("containerd/config.toml")},
 		// The shim is found on PATH: the one built beside containerd first.
 		Env: []string{"PATH=" + n.opts.BinDir + ":" + os.Getenv("PATH")},
 	}
 	n.Kubelet = &Proc{Name: "kubelet", Path: bin("kubelet"), Log: logf("kubelet"), Args: []string{
-		"--config", n.path("kubelet-config.yaml"), "--kubeconfig", p("kubelet.kubeconfig"),
-		"--root-dir", n.KubeletDir, "--hostname-override", n.Name, "--node-ip", n.IP, "--v", "2",
+		"--config", n.path("kubelet-config.yaml"), "--kubeconfig", n.kubeletKubeconfig(),
+		"--root-dir", kubeletRoot, "--hostname-override", n.Name, "--node-ip", n.IP, "--v", "2",
 	}}
 }
 
@@ -365,7 +527,13 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err := n.Containerd.Start(); err != nil {
 		return err
 	}
-	return n.waitFor(ctx, n.Containerd, "containerd answering", func(ctx context.Context) (bool, error) {
+	return n.waitContainerd(ctx, n.Containerd)
+}
+
+// waitContainerd waits until the node's containerd answers, or proc
+// (the process that runs it) exits.
+func (n *Node) waitContainerd(ctx context.Context, proc *Proc) error {
+	return n.waitFor(ctx, proc, "containerd answering", func(ctx context.Context) (bool, error) {
 		return n.Ctr(ctx, "version") == nil, nil
 	})
 }
@@ -381,6 +549,12 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err := n.Kubelet.Start(); err != nil {
 		return err
 	}
+	return n.waitRegistered(ctx)
+}
+
+// waitRegistered waits until the node is Ready and the default
+// ServiceAccount exists.
+func (n *Node) waitRegistered(ctx context.Context) error {
 	if err := n.WaitNodeReady(ctx); err != nil {
 		return err
 	}
@@ -393,7 +567,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 // WaitNodeReady waits until the node is Ready and carries no
 // not-ready taint (the controller-manager removes it).
 func (n *Node) WaitNodeReady(ctx context.Context) error {
-	return n.waitFor(ctx, n.Kubelet, "node "+n.Name+" Ready", func(ctx context.Context) (bool, error) {
+	return n.waitFor(ctx, n.nodeProc(), "node "+n.Name+" Ready", func(ctx context.Context) (bool, error) {
 		node, err := n.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, ignoreNotFound(err)
@@ -473,9 +647,25 @@ func (n *Node) waitHTTP(ctx context.Context, proc *Proc, url, token, want string
 	})
 }
 
+// nodeProc is the process that runs the node's kubelet: the kubelet,
+// or the init of a cluster node's namespaces.
+func (n *Node) nodeProc() *Proc {
+	if n.worker != nil {
+		return n.worker.proc
+	}
+	return n.Kubelet
+}
+
 // Stop stops the components, the kubelet first and etcd last. Containers
 // keep running until the node's init exits, which ends its PID namespace.
+// On a node of a cluster it stops that node alone: its init stops its
+// kubelet and containerd and exits, and every process of the node, its
+// pods' included, ends with it (Cluster.Stop stops the control plane).
 func (n *Node) Stop() {
+	if n.worker != nil {
+		n.worker.stop()
+		return
+	}
 	for _, p := range []*Proc{n.Kubelet, n.Scheduler, n.ControllerManager, n.APIServer, n.Containerd, n.Etcd} {
 		if p != nil {
 			_ = p.Stop(syscall.SIGTERM, 15*time.Second)

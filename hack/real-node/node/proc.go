@@ -23,6 +23,11 @@ type Proc struct {
 	Env  []string
 	// Log is the file stdout and stderr go to; each start appends.
 	Log string
+	// Cloneflags are the namespaces the program gets of its own
+	// (CLONE_NEWPID, ...), as in syscall.SysProcAttr; 0: this process's.
+	Cloneflags uintptr
+	// ExtraFiles are passed to the program as descriptors 3 and up.
+	ExtraFiles []*os.File
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -50,7 +55,8 @@ func (p *Proc) Start() error {
 	// which stops the components in order. No Pdeathsig: it fires when the
 	// starting OS thread ends, not the process; the node's init ending ends
 	// every process of its PID namespace anyway.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: p.Cloneflags}
+	cmd.ExtraFiles = p.ExtraFiles
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
@@ -66,6 +72,17 @@ func (p *Proc) Start() error {
 		close(done)
 	}()
 	return nil
+}
+
+// Pid is the running program's process ID in this process's PID
+// namespace, 0 when it does not run.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || isClosed(p.done) {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Err says why a stopped program ended; nil while it runs.

@@ -1,0 +1,353 @@
+package e2emulti
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/slingshot-k8s/slingshot/agent/netns"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/cxi/uapi"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
+)
+
+// envFile is the agent's per-container env file as the container sees it
+// (agent.ContainerDir + "/" + agent.EnvFileName); device-plugin mode only.
+const envFile = "/var/run/slingshot/slingshot.env"
+
+// podVNIPool is the controller's pool of pod-scoped VNIs
+// (controller/slices.PodVNIPool).
+const podVNIPool = "pod-vni"
+
+// newNamespace makes a namespace for one test and deletes it at the end.
+func newNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns, err := env.NewNamespace(t.Context(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+		_ = env.DeleteNamespace(ctx, ns)
+	})
+	return ns
+}
+
+// nodeEnv is the Env of the node named name.
+func nodeEnv(t *testing.T, name string) *cluster.Env {
+	t.Helper()
+	for _, ne := range env.Nodes() {
+		if ne.Node.Name == name {
+			return ne
+		}
+	}
+	t.Fatalf("no node %q among %d", name, len(env.Nodes()))
+	return nil
+}
+
+// spread makes a Job's pods go one to a node: a required anti-affinity
+// between the Job's pods on the node's host name. With as many pods as
+// nodes, each node runs one.
+func spread(j *batchv1.Job) *batchv1.Job {
+	j.Spec.Template.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-job": j.Name}},
+			TopologyKey:   corev1.LabelHostname,
+		}},
+	}}
+	return j
+}
+
+// onNode pins a Job's pods to the node named name.
+func onNode(j *batchv1.Job, name string) *batchv1.Job {
+	j.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: name}
+	return j
+}
+
+// withVNIScope sets the pods' VNI scope (annotation slingshot.hpe.com/vni).
+func withVNIScope(j *batchv1.Job, scope string) *batchv1.Job {
+	if j.Spec.Template.Annotations == nil {
+		j.Spec.Template.Annotations = map[string]string{}
+	}
+	j.Spec.Template.Annotations["slingshot.hpe.com/vni"] = scope
+	return j
+}
+
+// runSpread runs a Job of one one-NIC pod on each node and returns its
+// pods by node name.
+func runSpread(t *testing.T, ns string, j *batchv1.Job) map[string]corev1.Pod {
+	t.Helper()
+	pods, err := env.RunJob(t.Context(), ns, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNode := map[string]corev1.Pod{}
+	for _, p := range pods {
+		byNode[p.Spec.NodeName] = p
+	}
+	if len(byNode) != len(env.Nodes()) {
+		t.Fatalf("job %s: pods on nodes %v, want one on each of %d", j.Name, slices.Sorted(maps.Keys(byNode)), len(env.Nodes()))
+	}
+	return byNode
+}
+
+// podView is what a node shows of one running pod: the Slingshot values
+// its container got and the services of the node's simulated driver that
+// admit the pod's network namespace.
+type podView struct {
+	Key, Node string
+	Netns     uint32 // the pod's network namespace inode
+	EnvVNIs   string // SLINGSHOT_VNIS in the app's environment (CDI)
+	FileVNIs  string // SLINGSHOT_VNIS in the env file ("" with DRA)
+	VNI       uint16 // the first of EnvVNIs: the job's (or the pod's own) VNI
+	Services  []simstate.Service
+}
+
+// viewPod reads the pod's view from the node's /proc and its driver's
+// state.
+func viewPod(t *testing.T, p corev1.Pod) podView {
+	t.Helper()
+	v := podView{Key: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName}
+	procs, err := cluster.PodProcesses(string(p.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app *cluster.Process
+	for i, pr := range procs {
+		ino, err := netns.ParseNetnsLink(pr.Netns)
+		if err != nil {
+			t.Fatalf("pod %s pid %d: %v", v.Key, pr.Pid, err)
+		}
+		if v.Netns != 0 && ino != v.Netns {
+			t.Errorf("pod %s: processes in two network namespaces, %d and %d", v.Key, v.Netns, ino)
+		}
+		v.Netns = ino
+		if strings.HasSuffix(pr.Exe, "/workload") {
+			app = &procs[i]
+		}
+	}
+	if app == nil {
+		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
+	}
+	v.EnvVNIs = app.Env["SLINGSHOT_VNIS"]
+	if *apiFlag == cluster.APIDevicePlugin {
+		file, err := cluster.EnvFile(app.Pid, envFile)
+		if err != nil {
+			t.Errorf("pod %s: env file: %v", v.Key, err)
+		}
+		v.FileVNIs = file["SLINGSHOT_VNIS"]
+	}
+	first, _, _ := strings.Cut(v.EnvVNIs, ",")
+	if n, err := strconv.ParseUint(first, 10, 16); err == nil {
+		v.VNI = uint16(n)
+	}
+	for _, s := range nodeServices(t, nodeEnv(t, v.Node)) {
+		if slices.Contains(s.NetNS, v.Netns) {
+			v.Services = append(v.Services, s)
+		}
+	}
+	return v
+}
+
+// checkBound checks one pod's view: its container has a VNI (in the
+// environment and, with the device plugin, the env file alike), and it has
+// nics services on its node, each enabled, admitting exactly its network
+// namespace, and carrying that VNI.
+func checkBound(t *testing.T, v podView, nics int) {
+	t.Helper()
+	if v.VNI == 0 {
+		t.Errorf("pod %s on %s: no VNI in SLINGSHOT_VNIS %q", v.Key, v.Node, v.EnvVNIs)
+	}
+	if *apiFlag == cluster.APIDevicePlugin && v.EnvVNIs != v.FileVNIs {
+		t.Errorf("pod %s on %s: SLINGSHOT_VNIS %q in the environment, %q in %s", v.Key, v.Node, v.EnvVNIs, v.FileVNIs, envFile)
+	}
+	if len(v.Services) != nics {
+		t.Errorf("pod %s on %s: %d services admit its namespace %d, want %d: %+v", v.Key, v.Node, len(v.Services), v.Netns, nics, v.Services)
+	}
+	for _, s := range v.Services {
+		if !s.Enabled || !s.OnlyNetns(v.Netns) || !slices.Equal(s.VNIs, []uint16{v.VNI}) {
+			t.Errorf("pod %s on %s: service %s/%d enabled=%v netns=%v open=%v vnis=%v; want enabled, netns [%d] only, VNIs [%d]",
+				v.Key, v.Node, s.NIC, s.ID, s.Enabled, s.NetNS, s.Open, s.VNIs, v.Netns, v.VNI)
+		}
+	}
+}
+
+// nodeServices lists the services of every NIC of the node's simulated
+// driver, but the driver's own: the default service (disabled by the
+// agent) and the system ones.
+func nodeServices(t *testing.T, ne *cluster.Env) []simstate.Service {
+	t.Helper()
+	var out []simstate.Service
+	for _, nic := range ne.Machine.NICs {
+		svcs, err := simstate.Read(ne.SimStateDir, nic.Name)
+		if err != nil {
+			t.Fatalf("%s: %v", ne.Node.Name, err)
+		}
+		for _, s := range svcs {
+			if !s.System && s.ID != uapi.DefaultSvcID {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// servicesWithVNI lists the node's services that carry vni.
+func servicesWithVNI(t *testing.T, ne *cluster.Env, vni uint16) []simstate.Service {
+	t.Helper()
+	var out []simstate.Service
+	for _, s := range nodeServices(t, ne) {
+		if slices.Contains(s.VNIs, vni) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// lease is the controller's lease of vni, nil when none carries it.
+func lease(t *testing.T, vni uint16) *apiv1.JobVNILease {
+	t.Helper()
+	vnis, err := env.VNIs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range vnis.Leases {
+		if uint16(l.Vni) == vni {
+			return l
+		}
+	}
+	return nil
+}
+
+// holders are the nodes holding vni's lease, sorted; none without one.
+func holders(l *apiv1.JobVNILease) []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Sorted(slices.Values(l.Nodes))
+}
+
+// quarantined reports whether the controller holds vni in quarantine.
+func quarantined(t *testing.T, vni uint16) bool {
+	t.Helper()
+	vnis, err := env.VNIs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range vnis.Quarantined {
+		if uint16(q.Vni) == vni {
+			return true
+		}
+	}
+	return false
+}
+
+// waitFor polls cond every 200 ms until it holds or timeout passes; the
+// failure says what and cond's last word.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		var ok bool
+		ok, last = cond()
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (last: %s)\n%s", what, err, last, env.Describe(t.Context()))
+	}
+}
+
+// allNodeNames are the cluster's node names, sorted.
+func allNodeNames() []string {
+	var out []string
+	for _, ne := range env.Nodes() {
+		out = append(out, ne.Node.Name)
+	}
+	return slices.Sorted(slices.Values(out))
+}
+
+// agentProcess is the PID of the agent of the node, found among the
+// processes of the node's PID namespace by its command name.
+func agentProcess(t *testing.T, ne *cluster.Env) int {
+	t.Helper()
+	initPID := ne.Node.InitPID()
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", initPID))
+	if err != nil {
+		t.Fatalf("%s: PID namespace of its init %d: %v", ne.Node.Name, initPID, err)
+	}
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []int
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "slingshot-agent" {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join(d, "ns", "pid")); err != nil || ns != want {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		found = append(found, pid)
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s: agent processes %v, want one", ne.Node.Name, found)
+	}
+	return found[0]
+}
+
+// agentPod is the agent's pod on the node.
+func agentPod(t *testing.T, name string) corev1.Pod {
+	t.Helper()
+	list, err := env.Node.Client.CoreV1().Pods(cluster.Namespace).List(t.Context(), metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("agent pods on %s: %d, want 1", name, len(list.Items))
+	}
+	return list.Items[0]
+}
+
+// restarts sums the restart counts of the pod's containers.
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, cs := range p.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
+}
+
+// ready reports whether the pod is Ready.
+func ready(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// withBackoff lets the Job replace a failed pod instead of failing.
+func withBackoff(j *batchv1.Job, n int32) *batchv1.Job {
+	j.Spec.BackoffLimit = ptr.To(n)
+	return j
+}

@@ -1,0 +1,68 @@
+// Package e2emulti tests jobs across real nodes: one control plane and two
+// nodes, each its own kubelet and containerd (with NRI) in namespaces of
+// its own, with its own mock machine, simulated driver and agent, and one
+// controller (package cluster, Options.Nodes). The cluster is set up once
+// for the package, in the mode -node-api names: "deviceplugin" (the
+// default) runs every test but the DRA one; "dra" runs only
+// TestMultiDRAClaimTemplate.
+package e2emulti
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+)
+
+var (
+	apiFlag = flag.String("node-api", cluster.APIDevicePlugin, "the agents' front end: deviceplugin (every test but the DRA one), or dra (only TestMultiDRAClaimTemplate)")
+	// env is the first node's Env; env.Nodes() every node's.
+	env *cluster.Env
+)
+
+const (
+	// nodes in the cluster.
+	nodes = 2
+	// sliceGrace is the controller's --slice-grace (the chart's
+	// controller.sliceGrace): how long a deleted node keeps its holds.
+	// Short, so TestMultiNodeDeleted sees it end, long enough to see the
+	// holds kept meanwhile.
+	sliceGrace = 20 * time.Second
+	// sweepInterval is the controller's --sweep-interval: how soon after
+	// the grace the holds go.
+	sweepInterval = 2 * time.Second
+	// podVNIRange and podVNISliceSize carve the pod-scoped VNIs into node
+	// slices.
+	podVNIRange     = "60000-60255"
+	podVNISliceSize = 32
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(cluster.TestMain(m.Run, func(root string) cluster.Options {
+		return cluster.Options{
+			Root: root, API: *apiFlag, Nodes: nodes, NICs: 2, Logf: logf,
+			// Heartbeats often, so that a node's report of its slices'
+			// use reaches the controller soon (TestMultiNodeDeleted).
+			AgentArgs: []string{"--controller-heartbeat=2s"},
+			Values: map[string]any{"controller": map[string]any{
+				"podVNIRange": podVNIRange, "podVNISliceSize": podVNISliceSize,
+				"sliceGrace": sliceGrace.String(),
+				"extraArgs":  []any{"--sweep-interval=" + sweepInterval.String()},
+			}},
+		}
+	}, func(e *cluster.Env) { env = e }))
+}
+
+func logf(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+// needAPI skips a test when the agents serve another front end.
+func needAPI(tb testing.TB, api string) {
+	tb.Helper()
+	if *apiFlag != api {
+		tb.Skipf("the agents run with api %q; this test needs %q", *apiFlag, api)
+	}
+}
