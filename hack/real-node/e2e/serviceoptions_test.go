@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -118,10 +117,7 @@ func TestServiceOptions(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(other).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	why, err := waitWarning(ctx, other, "BULK_DATA is not allowed")
-	if err != nil {
-		t.Fatalf("no event says BULK_DATA was refused: %v\n%s", err, env.Describe(ctx))
-	}
+	why := waitWarning(t, ctx, other, "saying BULK_DATA was refused", func(m string) bool { return strings.Contains(m, "BULK_DATA is not allowed") })
 	t.Logf("refused: %s", why)
 	if !strings.Contains(why, "trafficClasses[1]") {
 		t.Errorf("the refusal does not name the field trafficClasses[1]: %s", why)
@@ -145,10 +141,7 @@ func TestTLEPoolsFull(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	why, err := waitWarning(ctx, ns, "no TLE pool left")
-	if err != nil {
-		t.Fatalf("no event says a TLE pod was refused: %v\n%s", err, env.Describe(ctx))
-	}
+	why := waitWarning(t, ctx, ns, "saying a TLE pod was refused", func(m string) bool { return strings.Contains(m, "no TLE pool left") })
 	t.Logf("refused: %s", why)
 	if !strings.Contains(why, "4 of the NIC's 4 are held") || !strings.Contains(why, "cxi") {
 		t.Errorf("the refusal does not name the NIC and its pools: %s", why)
@@ -176,24 +169,4 @@ func tleServices(rep *inspect.Report, ns string) int {
 		}
 	}
 	return n
-}
-
-// waitWarning waits for a warning event on a pod of ns whose message
-// contains text, and returns "reason: message".
-func waitWarning(ctx context.Context, ns, text string) (string, error) {
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, text) {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	return why, err
 }
