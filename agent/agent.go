@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -86,7 +87,7 @@ func policyFrom(c config.Config) policy {
 			tcs |= t
 		}
 	}
-	p := policy{tcs: tcs}
+	p := policy{tcs: tcs, jobs: jobpolicy.New(c), adjust: c.JobOptions.Adjust()}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
 		field := map[string]*cxi.Limit{
@@ -292,8 +293,9 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 		}
 		for _, s := range svcs {
 			r.Services = append(r.Services, inspect.Service{NIC: name, ID: s.ID, Enabled: s.Enabled, System: s.System,
-				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID]})
+				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID], TCs: s.TCs.String(), Reserved: reservedOf(s)})
 		}
+		r.Reservations = append(r.Reservations, reservationsOf(name, b.nics[name].drv, svcs)...)
 	}
 	return r
 }

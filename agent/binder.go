@@ -14,6 +14,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -71,6 +72,10 @@ type policy struct {
 	fallback *cxi.Member
 	// hsn is, by resource, the hsn interface its pods get; absent: none.
 	hsn map[string]hsnPolicy
+	// jobs is what a pod may ask for its services (jobOptions); adjust
+	// fits reservations to the NIC less its system services' (jobs.go).
+	jobs   *jobpolicy.Policy
+	adjust bool
 }
 
 // nic is one NIC as the pod path uses it.
@@ -232,7 +237,11 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	_, recorded := b.store.Get(key)
 	fresh := !recorded
 	if fresh {
-		if err := b.record(ctx, pod, netns, shareKey(pod, handle)); err != nil {
+		opts, err := b.optionsFor(pod, handle)
+		if err != nil {
+			return err
+		}
+		if err := b.record(ctx, pod, netns, shareKey(pod, handle), opts); err != nil {
 			return err
 		}
 	}
@@ -273,7 +282,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 // record leases the VNI of a pod seen for the first time and records the
 // pod durably, before any service exists, so that a crash before the next
 // save leaves services a restart recognises.
-func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, share string) error {
+func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, share string, opts *checkpoint.ServiceOptions) error {
 	key := pod.Key()
 	lease, err := b.acquire(ctx, pod, share)
 	if err != nil {
@@ -284,6 +293,7 @@ func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, sh
 		VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
 		Network:   lease.NetworkRequest,
 		DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
+		Options: opts,
 	}
 	if err := b.store.Put(entry); err != nil {
 		b.release(ctx, key, lease)
@@ -393,7 +403,7 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 	for _, n := range nics {
 		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
 		if i >= 0 {
-			keep, err := b.checkService(ctx, n, entry.Services[i].ID, entry.VNI, stale)
+			keep, err := b.checkService(ctx, n, entry.Services[i].ID, entry.Options.VNIs(entry.VNI), stale)
 			if err != nil {
 				return nil, err
 			}
@@ -408,16 +418,19 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 		}
 		missing = append(missing, n)
 	}
-	pol := b.policy()
+	spec, err := engine.ServiceSpec(entry.VNI, entry.Options, b.policy().defaults())
+	if err != nil {
+		return nil, fmt.Errorf("services of %s: %w", key, err)
+	}
+	spec.Members = []cxi.Member{member}
 	var created []checkpoint.Service
 	for _, n := range missing {
-		spec := cxi.ServiceSpec{VNIs: []uint16{entry.VNI}, Members: []cxi.Member{member}, TCs: pol.tcs, Limits: pol.limits}
 		svc, err := n.drv.Create(ctx, spec)
 		if err != nil {
 			b.metrics.serviceErrors.WithLabelValues(n.name, createOp(err)).Inc()
 			return created, fmt.Errorf("create service on %s for %s: %w", n.name, key, err)
 		}
-		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: []uint16{entry.VNI}}
+		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: slices.Clone(spec.VNIs)}
 		if stale := b.store.ForgetReused(n.name, svc.ID); len(stale) > 0 {
 			b.logger.Info("the driver reused a destroyed service's ID; its old record entry goes", "nic", n.name, "id", svc.ID, "records", stale)
 		}
@@ -448,12 +461,12 @@ func createOp(err error) string {
 }
 
 // checkService reports whether a recorded service can be kept: it is
-// there, carries vni and its member is current. One that cannot is
-// destroyed.
-func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vni uint16, stale bool) (bool, error) {
+// there, carries every VNI of vnis and its member is current. One that
+// cannot is destroyed.
+func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vnis []uint16, stale bool) (bool, error) {
 	svc, err := n.drv.Get(ctx, id)
 	switch {
-	case err == nil && !stale && slices.Contains(svc.VNIs, vni):
+	case err == nil && !stale && engine.CarriesAll(svc.VNIs, vnis):
 		return true, nil
 	case err == nil:
 		if derr := n.drv.Destroy(ctx, id); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
@@ -522,7 +535,7 @@ func (b *binder) publish(ids []string, entry checkpoint.Pod, nics []*nic) error 
 
 // envFor returns the SLINGSHOT_* environment of a container using nics.
 func (b *binder) envFor(entry checkpoint.Pod, nics []*nic) []string {
-	bind := engine.Binding{VNI: entry.VNI, TCs: b.policy().tcs}
+	bind := engine.Binding{VNI: entry.VNI, Extra: engine.Extra(entry.Options), TCs: engine.TCs(entry.Options, b.policy().defaults())}
 	for _, n := range nics {
 		bind.NICs = append(bind.NICs, n.name)
 		var id uint32

@@ -108,6 +108,9 @@ func (a *parts) buildBase(context.Context) error {
 	if a.managedLo, a.managedHi, err = ParseVNIRange(a.opts.ManagedVNIs); err != nil {
 		return err
 	}
+	if err := cfg.CheckNamedVNIs(a.managedLo, a.managedHi); err != nil {
+		return fmt.Errorf("config: %w (see --managed-vnis)", err)
+	}
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.m = newMetrics(time.Now)
@@ -381,6 +384,10 @@ func (a *parts) report(ctx context.Context) *inspect.Report {
 // reload applies a changed configuration: the pod path's policy and the
 // node pool's mode at once, the rest at the next start.
 func (a *parts) reload(c config.Config) {
+	if err := c.CheckNamedVNIs(a.managedLo, a.managedHi); err != nil {
+		a.logger.Error("changed configuration not applied", "err", err)
+		return
+	}
 	a.b.setPolicy(policyFrom(c))
 	a.dsvc.setAllow(c.AllowOpenDefaultService)
 	a.drainAfter.Store(int64(c.Cleanup.DrainAfter.Duration))

@@ -80,6 +80,8 @@ func (g *defaultServiceGuard) check(ctx context.Context) {
 			return // stopping: an error now says nothing of the NIC
 		}
 		g.record(n.name, defaultServiceState{finding: f, err: err})
+		// The same poll keeps the NIC's reservation gauges current.
+		observeReservations(ctx, g.m, n)
 	}
 }
 

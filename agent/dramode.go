@@ -89,7 +89,7 @@ func (a *parts) buildDRA(context.Context) error {
 		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
-			return dra.Policy{TCs: p.tcs, Limits: p.limits}
+			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}
 		},
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,

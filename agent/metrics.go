@@ -34,7 +34,10 @@ type metrics struct {
 	eventsDropped *prometheus.CounterVec
 	// cleanupStuck is the number of services busy past drainAfter.
 	cleanupStuck prometheus.Gauge
-	now          func() time.Time
+	// nicReserved and nicFree are each NIC's reservations, by resource
+	// and pool (reservations.go).
+	nicReserved, nicFree *prometheus.GaugeVec
+	now                  func() time.Time
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -99,6 +102,14 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_default_service_open",
 			Help: "1 while the NIC's default CXI service (ID 1) is enabled and open to every process of the node (or to root), which lets pods of different jobs share its VNIs; 0 while it is disabled or restricted.",
 		}, []string{"nic"}),
+		nicReserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slingshot_agent_nic_reserved",
+			Help: "What the CXI services of a NIC reserve of a resource (PTEs, TXQs, TGQs, EQs, CTs, LEs, TLEs, ACs) or pool (LE pools, counting the shared pool 0; TLE pools, counting the default service's), system services included; read every health poll.",
+		}, []string{"nic", "resource"}),
+		nicFree: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slingshot_agent_nic_free",
+			Help: "What no CXI service of a NIC reserves of a resource or pool: what a new service may still reserve; read every health poll.",
+		}, []string{"nic", "resource"}),
 		hsnErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slingshot_agent_hsn_interface_errors_total",
 			Help: "Failed steps of the pods' hsn interfaces, by op: allocate (the address), attach, detach, release (the address).",
@@ -125,7 +136,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
 		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
-		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors, m.eventsDropped, m.cleanupStuck} {
+		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors, m.eventsDropped, m.cleanupStuck, m.nicReserved, m.nicFree} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)

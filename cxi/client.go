@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -50,6 +51,9 @@ type Client struct {
 	maxima [uapi.NumRsrcTypes]uint16
 	// warned holds the last limits that within lowered and warned about.
 	warned atomic.Pointer[Limits]
+	// fitMu orders the fitted creates (ServiceSpec.Fit): check, then
+	// allocate, one at a time.
+	fitMu sync.Mutex
 }
 
 // Option configures a Client.
@@ -97,7 +101,9 @@ func NewClient(dev Device, opts ...Option) *Client {
 // returns the error. ctx is checked before the driver is called; once
 // begun, the sequence runs to success or cleanup.
 //
-// Errors wrap ErrInvalidSpec (nothing was sent), or are an *AllocError
+// Errors wrap ErrInvalidSpec (nothing was sent), or are a *FitError
+// matching ErrNoRoom and ErrNoResources (a spec with Fit whose
+// reservations or pools do not fit; nothing was sent), or an *AllocError
 // matching ErrNoResources (ENOSPC, with the driver's fail info), or wrap
 // ErrExists (EEXIST: a VNI in another service's VNI range, then as a
 // *ConflictError naming that service, or the netns already admitted), or
@@ -127,6 +133,17 @@ func (c *Client) allocate(ctx context.Context, spec ServiceSpec) (uint32, error)
 	limits := c.limits
 	if spec.Limits != nil {
 		limits = c.within(*spec.Limits)
+	}
+	if spec.Fit != nil {
+		// Checked and allocated under one lock: two fitted specs are never
+		// checked against the same free resources (reserve.go).
+		c.fitMu.Lock()
+		defer c.fitMu.Unlock()
+		l, err := c.fit(ctx, spec)
+		if err != nil {
+			return 0, err
+		}
+		limits = l
 	}
 	id, fail, err := c.dev.AllocService(spec.desc(limits))
 	switch {

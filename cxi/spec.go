@@ -218,6 +218,9 @@ type ServiceSpec struct {
 	// Limits are the resource limits; nil means the client's default
 	// ([DefaultLimits] unless set with [WithDefaultLimits]).
 	Limits *Limits
+	// Fit, when set, fits Limits to the NIC and checks that they fit
+	// before the driver is asked (reserve.go); Limits must be set.
+	Fit *Fit
 }
 
 // Validate checks s against the driver's rules and the project's policy,
@@ -239,6 +242,9 @@ func (s ServiceSpec) Validate() error {
 	}
 	if s.TCs == 0 || s.TCs&^AllTrafficClasses != 0 {
 		return fmt.Errorf("%w: traffic classes %s: want a non-empty subset of %s", ErrInvalidSpec, s.TCs, AllTrafficClasses)
+	}
+	if s.Fit != nil && s.Limits == nil {
+		return fmt.Errorf("%w: fitting to the NIC needs limits", ErrInvalidSpec)
 	}
 	if s.Limits != nil {
 		for t, l := range s.Limits.byType() {

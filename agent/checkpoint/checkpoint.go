@@ -95,6 +95,9 @@ type Pod struct {
 	// the moment its address is allocated until it is removed and the
 	// address released.
 	HSN *HSNLink `json:"hsn,omitempty"`
+	// Options are the service options the pod was admitted with; nil:
+	// the node's defaults.
+	Options *ServiceOptions `json:"options,omitempty"`
 }
 
 // HSNLink is a pod's interface on the high-speed network.

@@ -40,6 +40,9 @@ type Claim struct {
 	// Unpreparing is set when Unprepare began; nothing binds it any more.
 	Unpreparing bool      `json:"unpreparing,omitempty"`
 	Created     time.Time `json:"created"`
+	// Options are the service options the claim was admitted with; nil:
+	// the node's defaults.
+	Options *ServiceOptions `json:"options,omitempty"`
 }
 
 // ClaimPod names a pod a claim is reserved for.
@@ -86,6 +89,7 @@ func (c *Claim) Clone() *Claim {
 	d.Pods = slices.Clone(c.Pods)
 	d.Results = slices.Clone(c.Results)
 	d.Services = slices.Clone(c.Services)
+	d.Options = c.Options.Clone()
 	return &d
 }
 
@@ -139,6 +143,9 @@ func (s *Store) DeleteClaim(uid string) {
 func checkClaim(st *State, c *Claim) error {
 	if c.UID == "" {
 		return fmt.Errorf("%w: a claim record without a UID", ErrInvariant)
+	}
+	if err := checkHolderVNIs(st, c.VNI, c.Options, "claim "+c.Key()); err != nil {
+		return err
 	}
 	for uid, o := range st.Claims {
 		if uid == c.UID {

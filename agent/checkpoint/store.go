@@ -212,6 +212,9 @@ func checkPod(st *State, key string, p *Pod) error {
 	if p.Key() != key {
 		return fmt.Errorf("%w: record %q names pod %q", ErrInvariant, key, p.Key())
 	}
+	if err := checkPodVNIs(st, key, p); err != nil {
+		return err
+	}
 	for _, svc := range p.Services {
 		if p.VNI != 0 && !slices.Contains(svc.VNIs, p.VNI) {
 			return fmt.Errorf("%w: pod %s: service %d on %s lacks the pod's VNI %d", ErrInvariant, key, svc.ID, svc.NIC, p.VNI)
@@ -265,5 +268,6 @@ func (p *Pod) Clone() Pod {
 		h := *p.HSN
 		c.HSN = &h
 	}
+	c.Options = p.Options.Clone()
 	return c
 }

@@ -29,6 +29,9 @@ type Config struct {
 	// EQs, LEs, PTEs, TGQs, TLEs, TXQs). Omitted resources keep the
 	// defaults, which reserve no TLE or LE pool.
 	Limits map[string]Limit `json:"limits,omitempty"`
+	// JobOptions is what a job may ask of its services beyond these
+	// defaults (traffic classes, depth, reservations, extra VNIs).
+	JobOptions JobOptions `json:"jobOptions"`
 	// Membership says who may use a pod's services.
 	Membership Membership `json:"membership"`
 	// Cleanup governs destroying services when pods exit.
@@ -183,6 +186,7 @@ func Default() Config {
 		NICResource: NICResource{Name: "hpe.com/cxi", SharesPerNIC: 1,
 			HSNInterface: HSNInterface{Mode: "macvlan", Name: "hsn0", Pool: "hsn0"}},
 		TrafficClasses: []string{"LOW_LATENCY", "BEST_EFFORT"},
+		JobOptions:     DefaultJobOptions(),
 		Cleanup: Cleanup{
 			BusyRetries:     5,
 			BusyInterval:    Duration{200 * time.Millisecond},
@@ -269,6 +273,7 @@ func (c *Config) Validate() error {
 			bad("limits."+name, "res %d exceeds max %d", l.Res, l.Max)
 		}
 	}
+	errs = append(errs, validateJobOptions(&c.JobOptions)...)
 	if c.Membership.FallbackUID != nil && c.Membership.FallbackGID != nil {
 		bad("membership", "set fallbackUID or fallbackGID, not both")
 	}

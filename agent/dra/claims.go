@@ -19,6 +19,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/internal/keylock"
@@ -52,6 +53,11 @@ type NICDevice struct {
 type Policy struct {
 	TCs    cxi.TrafficClasses
 	Limits *cxi.Limits
+	// Jobs is what a claim may ask for its services (jobOptions); nil:
+	// the defaults. Adjust fits reservations to the NIC less its system
+	// services' (jobOptions.adjustLimits).
+	Jobs   *jobpolicy.Policy
+	Adjust bool
 }
 
 // ManagerConfig is what a Manager is made of.
@@ -225,6 +231,10 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (*Record, error) {
 		return nil, err
 	}
 	rec.Config = checkpoint.ClaimConfig{VNI: cfg.VNI, EnvSuffix: cfg.EnvSuffix}
+	// Checked before the lease: a refused claim holds nothing.
+	if rec.Options, err = m.cfg.Policy().options(claim.Namespace, cfg.ServiceOptions); err != nil {
+		return nil, fmt.Errorf("claim %s, %s serviceOptions: %w", rec.Key(), ConfigKind, err)
+	}
 	return rec, nil
 }
 
@@ -304,7 +314,7 @@ func (m *Manager) ensureServices(ctx context.Context, rec *Record) ([]Service, e
 		if i >= 0 {
 			svc, err := n.Drv.Get(ctx, rec.Services[i].ID)
 			switch {
-			case err == nil && slices.Contains(svc.VNIs, rec.VNI):
+			case err == nil && engine.CarriesAll(svc.VNIs, rec.Options.VNIs(rec.VNI)):
 				continue
 			case err == nil, errors.Is(err, cxi.ErrNotFound):
 				m.log.Warn("a prepared claim's service is gone or changed; making it again", "claim", rec.Key(), "nic", n.Name, "id", rec.Services[i].ID)
@@ -332,8 +342,11 @@ func (m *Manager) ensureServices(ctx context.Context, rec *Record) ([]Service, e
 }
 
 func (m *Manager) createUnbound(ctx context.Context, rec *Record, n NICDevice) (Service, error) {
-	pol := m.cfg.Policy()
-	svc, err := n.Drv.CreateUnbound(ctx, cxi.ServiceSpec{VNIs: []uint16{rec.VNI}, TCs: pol.TCs, Limits: pol.Limits})
+	spec, err := engine.ServiceSpec(rec.VNI, rec.Options, m.cfg.Policy().defaults())
+	if err != nil {
+		return Service{}, fmt.Errorf("claim %s: %w", rec.Key(), err)
+	}
+	svc, err := n.Drv.CreateUnbound(ctx, spec)
 	if err != nil {
 		m.m.error("create")
 		return Service{}, fmt.Errorf("claim %s: create service on %s: %w", rec.Key(), n.Name, err)
@@ -390,7 +403,7 @@ func (m *Manager) release(ctx context.Context, rec *Record) bool {
 // env is the claim's SLINGSHOT_* environment, and the variable that names
 // the claim to the container guard (claimMarker).
 func (m *Manager) env(rec *Record) []string {
-	b := engine.Binding{VNI: rec.VNI, TCs: m.cfg.Policy().TCs, Suffix: rec.Config.EnvSuffix}
+	b := engine.Binding{VNI: rec.VNI, Extra: engine.Extra(rec.Options), TCs: engine.TCs(rec.Options, m.cfg.Policy().defaults()), Suffix: rec.Config.EnvSuffix}
 	for _, n := range m.nicsOf(rec) {
 		b.NICs = append(b.NICs, n.Name)
 		var id uint32

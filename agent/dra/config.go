@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/slingshot-k8s/slingshot/internal/jobreq"
 )
 
 // The opaque configuration a claim (or its DeviceClass) passes to this
@@ -23,6 +25,11 @@ const (
 //	kind: CXIClaimConfig
 //	vni: job            # job (default), pod, none or claim:NAME
 //	envSuffix: STORAGE  # optional
+//	serviceOptions:     # optional: the pod annotation slingshot.hpe.com/service-options'
+//	  trafficClasses: [LOW_LATENCY, BULK_DATA]   # value, in the same grammar
+//	  depth: 8                                   # (package internal/jobreq),
+//	  resources: {TLEs: {res: 16}}               # checked against the agent's
+//	  vnis: [storage]                            # jobOptions
 type ClaimConfig struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -36,6 +43,10 @@ type ClaimConfig struct {
 	// SLINGSHOT_DEVICES_<SUFFIX> and so on instead of SLINGSHOT_DEVICES:
 	// a pod holding two VNI domains sets it on one of its claims.
 	EnvSuffix string `json:"envSuffix,omitempty"`
+	// ServiceOptions is what the claim asks of its services, in the
+	// grammar of the pod annotation slingshot.hpe.com/service-options;
+	// nil asks nothing (the node's defaults).
+	ServiceOptions *jobreq.Request `json:"serviceOptions,omitempty"`
 }
 
 var envSuffix = regexp.MustCompile(`^[A-Z0-9_]{1,32}$`)
@@ -60,6 +71,11 @@ func ParseConfig(raw []byte) (ClaimConfig, error) {
 	}
 	if err := checkVNI(c.VNI); err != nil {
 		return ClaimConfig{}, err
+	}
+	if c.ServiceOptions != nil {
+		if err := c.ServiceOptions.Canonicalize(); err != nil {
+			return ClaimConfig{}, fmt.Errorf("%s: serviceOptions: %w", ConfigKind, err)
+		}
 	}
 	if c.EnvSuffix != "" && !envSuffix.MatchString(c.EnvSuffix) {
 		return ClaimConfig{}, fmt.Errorf("%s: envSuffix %q: want 1 to 32 of A-Z, 0-9 and _", ConfigKind, c.EnvSuffix)
@@ -104,6 +120,14 @@ func configOf(claim *resourceapi.ResourceClaim, driver string) (ClaimConfig, err
 			}
 			if c.EnvSuffix != "" {
 				out.EnvSuffix = c.EnvSuffix
+			}
+			if c.ServiceOptions != nil {
+				var base jobreq.Request
+				if out.ServiceOptions != nil {
+					base = *out.ServiceOptions
+				}
+				merged := jobreq.Merge(base, *c.ServiceOptions)
+				out.ServiceOptions = &merged
 			}
 		}
 	}

@@ -22,7 +22,11 @@ type Binding struct {
 	NICs     []string
 	Services []uint32
 	VNI      uint16
-	TCs      cxi.TrafficClasses
+	// Extra are the VNIs the services carry after VNI (named ones, such as
+	// a storage VNI), listed after it in SLINGSHOT_VNIS as Slurm orders a
+	// step's VNIs; ignored with no VNI.
+	Extra []uint16
+	TCs   cxi.TrafficClasses
 	// Suffix, when set, is appended to every name ("_" + Suffix), so that
 	// a pod in two VNI domains sees both.
 	Suffix string
@@ -46,6 +50,9 @@ func Env(b Binding) []string {
 	vnis := ""
 	if b.VNI != 0 {
 		vnis = strconv.Itoa(int(b.VNI))
+		for _, v := range b.Extra {
+			vnis += "," + strconv.Itoa(int(v))
+		}
 	}
 	name := func(base string) string {
 		if b.Suffix == "" {

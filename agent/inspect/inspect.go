@@ -38,6 +38,9 @@ type Report struct {
 	IPAM *ipam.Snapshot `json:"ipam,omitempty"`
 	// Claims are the DRA claims prepared on the node (--api=dra).
 	Claims []Claim `json:"claims,omitempty"`
+	// Reservations are what the services of each NIC reserve of its
+	// resources and pools.
+	Reservations []Reservation `json:"reservations,omitempty"`
 }
 
 // Claim is one DRA claim the node prepared.
@@ -81,6 +84,10 @@ type Service struct {
 	Members []string `json:"members"` // "netns=4026532000", "uid=1000", "all"
 	// Pod is "namespace/name" when the agent made the service for a pod.
 	Pod string `json:"pod,omitempty"`
+	// TCs are its traffic classes in SLINGSHOT_TCS form ("0xa").
+	TCs string `json:"tcs,omitempty"`
+	// Reserved is what it reserves, by resource ("LEs"); absent: nothing.
+	Reserved map[string]int `json:"reserved,omitempty"`
 }
 
 // Pod is one pod the agent serves.
@@ -182,6 +189,8 @@ func WriteTable(w io.Writer, r *Report) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.NIC, id, yesNo(s.Enabled), vniList(s.VNIs),
 			strings.Join(s.Members, ","), orDash(s.Pod))
 	}
+
+	writeReservations(tw, r.Reservations)
 
 	fmt.Fprintln(tw, "\nPOD\tUID\tVNI\tSCOPE\tNICS\tHSN\tSTATE")
 	for _, p := range r.Pods {

@@ -26,9 +26,12 @@ func TestMain(m *testing.M) {
 			// pods go through that path too (TestHSNInterfaceTCP).
 			HSNInterface: true,
 			// A service kept busy taints the node soon, and is retried
-			// often once free (TestCleanupStuckTaintsNode).
+			// often once free (TestCleanupStuckTaintsNode); BULK_DATA for
+			// one namespace (TestServiceOptions); pods that ask for no
+			// options get the defaults.
 			Values: map[string]any{"agent": map[string]any{"config": map[string]any{
-				"cleanup": map[string]any{"drainAfter": "10s", "retryStuckEvery": "2s"},
+				"cleanup":    map[string]any{"drainAfter": "10s", "retryStuckEvery": "2s"},
+				"jobOptions": jobOptionsValues(),
 			}}},
 			Logf: logf,
 		}
