@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -291,3 +293,46 @@ func sameAlerts(got, want []map[string]string) bool {
 	}
 	return true
 }
+
+// The README's table of alerts names every alert of the rule file, with
+// its severity, and no other.
+func TestREADMEListsTheAlerts(t *testing.T) {
+	rgs, err := LoadRules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Alerts and dashboard\n")
+	if !ok {
+		t.Fatal("README: no Alerts and dashboard section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	listed := map[string]string{}
+	for line := range strings.SplitSeq(section, "\n") {
+		if m := readmeAlertRE.FindStringSubmatch(line); m != nil {
+			listed[m[1]] = m[2]
+		}
+	}
+	for _, g := range rgs.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			sev, ok := listed[r.Alert]
+			if !ok {
+				t.Errorf("README does not list %s", r.Alert)
+			} else if sev != r.Labels["severity"] {
+				t.Errorf("README gives %s severity %s; the rule's is %s", r.Alert, sev, r.Labels["severity"])
+			}
+			delete(listed, r.Alert)
+		}
+	}
+	for name := range listed {
+		t.Errorf("README lists %s, which is no alert", name)
+	}
+}
+
+var readmeAlertRE = regexp.MustCompile("^\\| `(Slingshot[A-Za-z]+)` \\| ([a-z]+) \\|")
