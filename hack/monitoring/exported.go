@@ -98,12 +98,9 @@ var (
 )
 
 func (r *recorder) Register(c prometheus.Collector) error {
-	typ := dto.MetricType_UNTYPED
-	switch c.(type) {
-	case prometheus.Histogram, *prometheus.HistogramVec:
-		typ = dto.MetricType_HISTOGRAM
-	case prometheus.Summary, *prometheus.SummaryVec:
-		typ = dto.MetricType_SUMMARY
+	typ, err := collectorType(c)
+	if err != nil {
+		return err
 	}
 	ch := make(chan *prometheus.Desc, 16)
 	go func() { c.Describe(ch); close(ch) }()
@@ -120,6 +117,43 @@ func (r *recorder) Register(c prometheus.Collector) error {
 		r.fams.add(name[1], typ, ls...)
 	}
 	return nil
+}
+
+// collectorType is the type of c's metrics: a vector's by its Go type
+// (it may have no children yet), any other's by what it collects.
+func collectorType(c prometheus.Collector) (dto.MetricType, error) {
+	switch c.(type) {
+	case *prometheus.HistogramVec:
+		return dto.MetricType_HISTOGRAM, nil
+	case *prometheus.SummaryVec:
+		return dto.MetricType_SUMMARY, nil
+	case *prometheus.CounterVec:
+		return dto.MetricType_COUNTER, nil
+	case *prometheus.GaugeVec:
+		return dto.MetricType_GAUGE, nil
+	}
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	typ := dto.MetricType_UNTYPED
+	var err error
+	for m := range ch {
+		var pb dto.Metric
+		if werr := m.Write(&pb); werr != nil {
+			err = fmt.Errorf("collect %s: %w", m.Desc(), werr)
+			continue
+		}
+		switch {
+		case pb.Histogram != nil:
+			typ = dto.MetricType_HISTOGRAM
+		case pb.Summary != nil:
+			typ = dto.MetricType_SUMMARY
+		case pb.Counter != nil:
+			typ = dto.MetricType_COUNTER
+		case pb.Gauge != nil:
+			typ = dto.MetricType_GAUGE
+		}
+	}
+	return typ, err
 }
 
 func (r *recorder) MustRegister(cs ...prometheus.Collector) {

@@ -11,11 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
@@ -323,4 +326,47 @@ func scrape(addr string, into Families) error {
 		return fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	return nil
+}
+
+// The recorder reads what a component declares: a vector's labels before
+// it has children, and a histogram's type, vector or not.
+func TestRecorderReadsDeclaredFamilies(t *testing.T) {
+	r := &recorder{fams: Families{}}
+	r.MustRegister(
+		prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "h_seconds", Help: "h"}, []string{"op", "result"}),
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "plain_seconds", Help: "p"}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total", Help: "c"}, []string{"reason"}),
+		prometheus.NewGauge(prometheus.GaugeOpts{Name: "g", Help: "g"}),
+	)
+	series := r.fams.Series()
+	for _, tt := range []struct {
+		name   string
+		labels []string
+	}{
+		{"h_seconds_bucket", []string{"le", "op", "result"}},
+		{"h_seconds_count", []string{"op", "result"}},
+		{"plain_seconds_bucket", []string{"le"}},
+		{"c_total", []string{"reason"}},
+		{"g", nil},
+	} {
+		got, ok := series[tt.name]
+		if !ok {
+			t.Errorf("no series %s in %v", tt.name, sortedKeys(boolSet(series)))
+			continue
+		}
+		if k := sortedKeys(got); !slices.Equal(k, tt.labels) && (len(k) > 0 || len(tt.labels) > 0) {
+			t.Errorf("%s: labels %v, want %v", tt.name, k, tt.labels)
+		}
+	}
+	if _, ok := series["h_seconds"]; ok {
+		t.Error("a classic histogram's bare name counted as a series")
+	}
+}
+
+func boolSet[V any](m map[string]V) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = true
+	}
+	return out
 }

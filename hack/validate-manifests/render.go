@@ -86,7 +86,7 @@ func Variants() []Variant {
 			"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
 				"additionalLabels": map[string]any{"team": "hpc", "severity": "ignored: the rule's own wins"}},
 			"grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "HPC"}},
-			"networkPolicy":  map[string]any{"enabled": true},
+			"networkPolicy":    map[string]any{"enabled": true},
 		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
 		{Name: "kube-ha", Values: map[string]any{
 			"controller": map[string]any{"store": "kube", "replicas": 3},
