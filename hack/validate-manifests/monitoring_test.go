@@ -67,8 +67,8 @@ func TestMonitoringRender(t *testing.T) {
 					if r.Expr != w.Expr || r.Annotations["description"] != w.Annotations["description"] || r.Annotations["summary"] != w.Annotations["summary"] {
 						t.Errorf("%s: rendered %+v, the file's %+v", w.Alert, r, w)
 					}
-					if r.Labels["team"] != "hpc" || r.Labels["severity"] != w.Labels["severity"] {
-						t.Errorf("%s: labels %v; want team=hpc from additionalLabels and the rule's severity %q", w.Alert, r.Labels, w.Labels["severity"])
+					if r.Labels["route"] != "hpc-oncall" || r.Labels["severity"] != w.Labels["severity"] {
+						t.Errorf("%s: labels %v; want route=hpc-oncall from additionalLabels and the rule's severity %q", w.Alert, r.Labels, w.Labels["severity"])
 					}
 				}
 			}

@@ -84,7 +84,7 @@ func Variants() []Variant {
 			"metacontroller": map[string]any{"enabled": true},
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
-				"additionalLabels": map[string]any{"team": "hpc", "severity": "ignored: the rule's own wins"}},
+				"additionalLabels": map[string]any{"route": "hpc-oncall", "severity": "ignored: the rule's own wins"}},
 			"grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "HPC"}},
 			"networkPolicy":    map[string]any{"enabled": true},
 		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
