@@ -54,7 +54,8 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ctrl := start(t, filepath.Join(bin, "slingshot-controller"), servingRE,
+	// The controller serves gRPC, the hooks and /metrics.
+	ctrl := start(t, filepath.Join(bin, "slingshot-controller"), servingRE, 3,
 		"--no-kube", "--auth", "none", "--store", "sqlite", "--db", filepath.Join(dir, "controller.db"),
 		"--grpc-addr", "127.0.0.1:0", "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
 		"--ip-pools", "hsn0=10.150.0.0/16:/24", "--log-format", "text")
@@ -75,6 +76,7 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 	// A Job's VNI, leased through the sync hook as Metacontroller would
 	// ask, so that its namespace holds a lease: the namespace cap's fill is
 	// exported per namespace holding leases.
+	waitReady(t, ctrlMetrics, ctrl)
 	syncJob(t, hooksAddr)
 
 	truth, err := mocksysfs.Write(filepath.Join(dir, "machine"), mocksysfs.Spec{NICs: 2, Seed: 1})
@@ -91,7 +93,7 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agent := start(t, filepath.Join(bin, "slingshot-agent"), agentServingRE,
+	agent := start(t, filepath.Join(bin, "slingshot-agent"), agentServingRE, 1,
 		"--kubelet-dir", filepath.Join(dir, "kubelet"), "--sysfs-root", truth.SysRoot, "--dev-root", truth.DevRoot,
 		"--proc-root", truth.ProcRoot, "--state-dir", filepath.Join(dir, "state"), "--cxi-driver", "sim",
 		"--node-name", "n1", "--metrics-addr", "127.0.0.1:0", "--config", config,
@@ -225,9 +227,8 @@ func (p *process) log() string {
 }
 
 // start runs a binary until the test ends and waits until it has logged
-// every address it serves (lines matching re) and its start-up is over
-// (the line after them).
-func start(t *testing.T, path string, re *regexp.Regexp, args ...string) *process {
+// the want addresses it serves (lines matching re).
+func start(t *testing.T, path string, re *regexp.Regexp, want int, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	stderr, err := cmd.StderrPipe()
@@ -263,23 +264,44 @@ func start(t *testing.T, path string, re *regexp.Regexp, args ...string) *proces
 			<-p.done
 		}
 	})
-	// The controller logs its gRPC address, then each HTTP one; the agent
-	// its one address. Take those logged within a second of the first.
 	timeout := time.After(60 * time.Second)
-	for {
+	for len(p.addrs) < want {
 		select {
 		case a := <-addrs:
 			p.addrs = append(p.addrs, a)
-			if len(p.addrs) == 1 {
-				timeout = time.After(time.Second)
-			}
 		case <-p.done:
 			t.Fatalf("%s exited at start:\n%s", filepath.Base(path), p.log())
 		case <-timeout:
-			if len(p.addrs) == 0 {
-				t.Fatalf("%s logged no address it serves:\n%s", filepath.Base(path), p.log())
+			t.Fatalf("%s logged %d of the %d addresses it serves in a minute:\n%s", filepath.Base(path), len(p.addrs), want, p.log())
+		}
+	}
+	return p
+}
+
+// waitReady polls p's /readyz at addr until it answers 200: the
+// controller refuses hook calls (429) while it loads its state.
+func waitReady(t *testing.T, addr string, p *process) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var last string
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			last = err.Error()
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
 			}
-			return p
+			last = resp.Status
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready in 30 s (last answer: %s):\n%s", last, p.log())
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("exited before it was ready:\n%s", p.log())
+		case <-time.After(50 * time.Millisecond): // the next poll
 		}
 	}
 }
