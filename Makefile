@@ -39,7 +39,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command, exactly what .ci/run runs)
-check: test e2e validate-manifests e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
+check: test e2e validate-manifests monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -89,9 +89,22 @@ validate-manifests: build
 	  echo "$$b: static"; \
 	done
 
-## manifests: re-render deploy/manifests, the chart's crds/ and its README values table
+## manifests: re-render deploy/manifests, the chart's crds/ and its README values table,
+## and regenerate the chart's Grafana dashboard (hack/monitoring/dashboard)
 manifests:
+	cd $(MONITORING_DIR) && $(GO) run . -root ../..
 	cd $(VALIDATE_DIR) && $(GO) run . -root ../.. -write
+
+## monitoring: the chart's alerts and Grafana dashboard (deploy/helm/slingshot/monitoring),
+## checked in their own Go module (hack/monitoring: Prometheus's PromQL parser and rule
+## engine, Grafana's foundation SDK): every rule expression and panel query parsed, every
+## alert unit-tested on series that must fire it and series that must not, the dashboard
+## equal to a fresh build, and every metric and label they name exported by a live agent
+## and controller (the binaries built from this tree, started and scraped).
+MONITORING_DIR ?= hack/monitoring
+.PHONY: monitoring
+monitoring:
+	cd $(MONITORING_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## e2e-k8s: the controller's Kubernetes store and leader election against a
 ## real kube-apiserver (built by hack/kube-apiserver from k8s.io/kubernetes

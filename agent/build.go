@@ -211,6 +211,11 @@ func (a *parts) openNIC(n sysfs.NIC) bool {
 		return false
 	}
 	a.closers = append(a.closers, closer)
+	// Each failure counter of the NIC starts at 0, so that the first
+	// failure is an increase that an alert's rate() sees.
+	for _, op := range []string{"create", "create_conflict", "destroy"} {
+		a.m.serviceErrors.WithLabelValues(n.Name, op)
+	}
 	retry := backoff.Policy{
 		Initial: a.cfg.Cleanup.BusyInterval.Duration, Max: 5 * time.Second, Factor: 2, Jitter: 0.2,
 		Attempts: a.cfg.Cleanup.BusyRetries,

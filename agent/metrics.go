@@ -129,6 +129,15 @@ func newMetrics(now func() time.Time) *metrics {
 	for _, r := range []podwatch.ListResult{podwatch.ListOK, podwatch.ListRateLimited, podwatch.ListError} {
 		m.podLists.WithLabelValues(string(r))
 	}
+	// The pod path's results start at 0, so that the first error is an
+	// increase rate() sees and the dashboard's latency panels have series
+	// before the first pod.
+	for _, r := range []string{"ok", "error"} {
+		m.preStart.WithLabelValues(r)
+		for _, op := range []string{"acquire", "release"} {
+			m.controllerCalls.WithLabelValues(op, r)
+		}
+	}
 	return m
 }
 

@@ -83,6 +83,9 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 		return m
 	}
 	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded}
+	cs = append(cs, &namespaceFill{s: s, desc: prometheus.NewDesc("slingshot_controller_namespace_lease_fill_ratio",
+		"Fraction of --max-leases-per-namespace that the leases of each owner namespace use (only namespaces holding leases, and only with a cap).",
+		[]string{"owner_namespace"}, nil)})
 	for _, c := range append(cs, stateGauges(s)...) {
 		reg.MustRegister(c)
 	}
@@ -131,6 +134,36 @@ func stateGauges(s *Allocator) []prometheus.Collector {
 				locked(func() float64 { return float64(s.pools[name].Leased()) })))
 	}
 	return cs
+}
+
+// namespaceFill exports, per namespace holding leases, how much of the
+// namespace lease cap it uses, so that an alert can warn before acquires
+// fail with namespace_full. The label is owner_namespace, not namespace:
+// Prometheus adds its own namespace label (the controller's) to every
+// series it scrapes from a pod.
+type namespaceFill struct {
+	s    *Allocator
+	desc *prometheus.Desc
+}
+
+func (c *namespaceFill) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *namespaceFill) Collect(ch chan<- prometheus.Metric) {
+	limit := c.s.cfg.MaxLeasesPerNamespace
+	if limit <= 0 {
+		return
+	}
+	c.s.mu.Lock()
+	fill := make(map[string]float64, len(c.s.perNS))
+	if c.s.ready {
+		for ns, n := range c.s.perNS {
+			fill[ns] = float64(n) / float64(limit)
+		}
+	}
+	c.s.mu.Unlock()
+	for ns, f := range fill {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, f, ns)
+	}
 }
 
 func (m *metrics) observeAcquire(kind string, d time.Duration, err error) {

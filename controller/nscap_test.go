@@ -3,9 +3,12 @@ package controller_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/controllertest"
@@ -90,4 +93,64 @@ func TestConfigRejectsNegativeNamespaceCap(t *testing.T) {
 	if err := (controller.Config{MaxLeasesPerNamespace: -1}).Validate(); err == nil {
 		t.Fatal("a negative cap validated")
 	}
+}
+
+// The namespace cap's fill is exported per owner namespace, so that an
+// alert warns before acquires fail with namespace_full; a freed lease
+// lowers it, and without a cap there is nothing to fill.
+func TestNamespaceLeaseFillMetric(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		limit int
+		want  map[string]float64 // after acquiring 3 in "a" and 1 in "b", then freeing one of "a"
+		freed map[string]float64
+	}{
+		{"cap 4", 4, map[string]float64{"a": 0.75, "b": 0.25}, map[string]float64{"a": 0.5, "b": 0.25}},
+		{"no cap", 0, map[string]float64{}, map[string]float64{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			cfg := controller.Config{MaxLeasesPerNamespace: tt.limit, Quarantine: -1, Registerer: reg}
+			svc, _ := startAt(t, filepath.Join(t.TempDir(), "c.db"), controllertest.NewJobs(), cfg)
+			ctx := t.Context()
+			for _, j := range []struct{ ns, name string }{{"a", "j0"}, {"a", "j1"}, {"a", "j2"}, {"b", "j0"}} {
+				if _, err := svc.AcquireOwnerVNI(ctx, controllertest.Job(j.ns, j.name), controller.Policy{}); err != nil {
+					t.Fatalf("acquire %s/%s: %v", j.ns, j.name, err)
+				}
+			}
+			if got := namespaceFill(t, reg); !maps.Equal(got, tt.want) {
+				t.Fatalf("fill %v, want %v", got, tt.want)
+			}
+			if _, done, err := svc.FinalizeOwner(ctx, controllertest.Job("a", "j0"), true); err != nil || !done {
+				t.Fatalf("finalize: %v %v", done, err)
+			}
+			if got := namespaceFill(t, reg); !maps.Equal(got, tt.freed) {
+				t.Fatalf("fill after a free %v, want %v", got, tt.freed)
+			}
+		})
+	}
+}
+
+// namespaceFill reads slingshot_controller_namespace_lease_fill_ratio by
+// owner namespace from reg.
+func namespaceFill(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "slingshot_controller_namespace_lease_fill_ratio" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "owner_namespace" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return got
 }

@@ -125,6 +125,9 @@ func New(opts Options) (*Allocator, error) {
 		return nil, fmt.Errorf("ipam state %s: %w", opts.StatePath, err)
 	}
 	a.m = newMetrics(opts.Registerer, a)
+	for _, name := range a.poolNames() {
+		a.m.seePool(name)
+	}
 	return a, nil
 }
 

@@ -55,6 +55,14 @@ func newMetrics(reg prometheus.Registerer, a *Allocator) *metrics {
 	return m
 }
 
+// seePool starts a pool's counters at 0 when the node learns of the
+// pool, so that its first lost slice is an increase an alert's rate()
+// sees rather than a new series.
+func (m *metrics) seePool(name string) {
+	m.lostSlices.WithLabelValues(name)
+	m.slowPath.WithLabelValues(name)
+}
+
 // observe records one request's latency and result.
 func (m *metrics) observe(op string, start time.Time, err error) {
 	m.latency.WithLabelValues(op, resultOf(err)).Observe(m.now().Sub(start).Seconds())

@@ -155,6 +155,7 @@ func (a *Allocator) refreshPools(ctx context.Context) error {
 		switch {
 		case old == nil:
 			a.pools[p.Name] = &poolState{Pool: p, slices: map[int]*heldSlice{}}
+			a.m.seePool(p.Name)
 			changed = true
 		case old.Pool != p:
 			a.opts.Logger.Error("controller's ip pool changed; keeping the recorded one while the node holds its slices",

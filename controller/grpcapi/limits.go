@@ -78,6 +78,11 @@ func NewLimiter(lim Limits, reg prometheus.Registerer) *Limiter {
 			Name: "slingshot_controller_grpc_limited_total",
 			Help: "Connections closed and calls refused by the gRPC server's limits, by reason: connections, connections_per_host, call_rate.",
 		}, []string{"reason"})}
+	// Every reason starts at 0: the first refusal is then an increase
+	// that rate() sees.
+	for _, r := range []string{"connections", "connections_per_host", "call_rate"} {
+		l.refused.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(l.refused)
 	}

@@ -99,8 +99,8 @@ func TestItem7ForgedSyncRefused(t *testing.T) {
 				if n := testutil.ToFloat64(refused.WithLabelValues("sync", tt.reason)); n != 1 {
 					t.Errorf("refused{sync,%s} = %v, want 1", tt.reason, n)
 				}
-			} else if n := testutil.CollectAndCount(refused); n != 0 {
-				t.Errorf("%d refusals counted, want none", n)
+			} else if n := refusedTotal(refused); n != 0 {
+				t.Errorf("%v refusals counted, want none", n)
 			}
 		})
 	}
@@ -172,4 +172,32 @@ func TestItem7ForgedFinalizeRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every refusal a hook can give is exported at 0 from the start: the
+// chart's alert on refusals uses increase(), which cannot see the first
+// increment of a series that appears with it.
+func TestRefusalsStartAtZero(t *testing.T) {
+	h := New(nil, nil, followed, nil, prometheus.NewPedanticRegistry())
+	want := 0
+	for _, reasons := range refusals {
+		want += len(reasons)
+	}
+	if n := testutil.CollectAndCount(h.refused); n != want || want != 6 {
+		t.Fatalf("%d refusal series at start, want %d (of 6)", n, want)
+	}
+	if n := refusedTotal(h.refused); n != 0 {
+		t.Fatalf("%v refusals at start", n)
+	}
+}
+
+// refusedTotal is the sum of refused over every reason a hook can give.
+func refusedTotal(refused *prometheus.CounterVec) float64 {
+	var n float64
+	for hook, reasons := range refusals {
+		for _, r := range reasons {
+			n += testutil.ToFloat64(refused.WithLabelValues(hook, r))
+		}
+	}
+	return n
 }

@@ -68,12 +68,25 @@ func New(svc Service, parents Parents, followed []GroupKind, log *slog.Logger, r
 	for _, k := range followed {
 		h.followed[k] = true
 	}
+	// Every refusal a hook can give starts at 0, so that the first one is
+	// an increase an alert's rate() sees rather than a new series.
+	for hook, reasons := range refusals {
+		for _, r := range reasons {
+			h.refused.WithLabelValues(hook, r)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(h.latency, h.refused)
 	}
 	h.mux.HandleFunc("POST /sync", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, "sync", h.Sync) })
 	h.mux.HandleFunc("POST /finalize", func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, "finalize", h.Finalize) })
 	return h
+}
+
+// refusals are the reasons each hook can refuse a request for.
+var refusals = map[string][]string{
+	"sync":     {ReasonNoParent, ReasonUIDMismatch, ReasonKindNotFollowed, ReasonParentDeleting},
+	"finalize": {ReasonParentAlive, ReasonKindNotFollowed},
 }
 
 // ServeHTTP implements http.Handler.

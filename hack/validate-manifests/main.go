@@ -12,7 +12,7 @@
 //   - CRDs with the API server's CRD validation, and custom resources
 //     against their CRD's schema (kube-openapi validation, pruning for
 //     unknown fields, CEL rules): the project's CRDs, Prometheus Operator's
-//     ServiceMonitor CRD and the Network Plumbing Working Group's
+//     ServiceMonitor and PrometheusRule CRDs and the Network Plumbing Working Group's
 //     NetworkAttachmentDefinition CRD (Multus; both from their Go modules)
 //     and a schema of Metacontroller's DecoratorController (schemas/);
 //   - every object's metadata with the API machinery's ObjectMeta rules;
@@ -63,6 +63,7 @@ func main() {
 // read from their Go modules in the module cache.
 var upstreamCRDs = []struct{ module, file string }{
 	{"github.com/prometheus-operator/prometheus-operator@v0.85.0", "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"},
+	{"github.com/prometheus-operator/prometheus-operator@v0.85.0", "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"},
 	// The examples' Multus network of the slingshot-ipam CNI plugin.
 	{"github.com/k8snetworkplumbingwg/network-attachment-definition-client@v1.7.7", "artifacts/networks-crd.yaml"},
 }

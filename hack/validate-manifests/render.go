@@ -83,7 +83,10 @@ func Variants() []Variant {
 			"ipam":           map[string]any{"socket": "/var/run/slingshot/ipam.sock", "cniBinDir": "/var/lib/cni/bin/"},
 			"metacontroller": map[string]any{"enabled": true},
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
-			"networkPolicy":  map[string]any{"enabled": true},
+			"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"},
+				"additionalLabels": map[string]any{"route": "hpc-oncall", "severity": "ignored: the rule's own wins"}},
+			"grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "HPC"}},
+			"networkPolicy":    map[string]any{"enabled": true},
 		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
 		{Name: "kube-ha", Values: map[string]any{
 			"controller": map[string]any{"store": "kube", "replicas": 3},
