@@ -142,6 +142,13 @@ func (f *FM) FailNext(method string, n, status int) {
 	}
 }
 
+// ClearFailures drops the failures FailNext queued and stops FailEvery.
+func (f *FM) ClearFailures() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails, f.every = nil, 0
+}
+
 // FailEvery answers every n-th request with 500 without taking effect, a
 // deterministic failure rate of 1/n; 0 stops it.
 func (f *FM) FailEvery(n int) {
