@@ -60,7 +60,8 @@ func (e *StatusError) Is(target error) bool {
 
 // Temporary reports whether err may pass if the call is repeated: a
 // transport error, a timeout, or a status of 429 or 5xx. Refused
-// credentials, malformed answers and other statuses are not.
+// credentials, an untrusted server certificate, malformed answers and
+// other statuses are not.
 func Temporary(err error) bool {
 	if err == nil {
 		return false
@@ -69,6 +70,10 @@ func Temporary(err error) bool {
 		return se.Status == http.StatusTooManyRequests || se.Status >= 500
 	}
 	if errors.Is(err, ErrBadAnswer) || errors.Is(err, ErrUnauthorized) || errors.Is(err, errConfig) {
+		return false
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		// The server's certificate is not trusted: no retry changes that.
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
