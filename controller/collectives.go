@@ -117,6 +117,7 @@ type Collectives struct {
 type collectives struct {
 	cfg CollectivesConfig
 	log *slog.Logger
+	m   *metrics
 	// locks orders the calls for one job ID: a reserve never runs beside
 	// a release of the same job.
 	locks keylock.Set
@@ -137,9 +138,9 @@ type queuedRelease struct {
 	b  *batch
 }
 
-func newCollectives(cfg CollectivesConfig, log *slog.Logger) *collectives {
+func newCollectives(cfg CollectivesConfig, log *slog.Logger, m *metrics) *collectives {
 	cfg.withDefaults()
-	return &collectives{cfg: cfg, log: log, kick: make(chan struct{}, 1), tokens: map[string]string{}}
+	return &collectives{cfg: cfg, log: log, m: m, kick: make(chan struct{}, 1), tokens: map[string]string{}}
 }
 
 // jobID is the fabric manager's name for the job of owner UID uid.
@@ -188,6 +189,7 @@ func (c *collectives) reserve(ctx context.Context, s *Allocator, id string) (*Co
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		tok, err = c.cfg.FM.Reserve(ctx, id, c.cfg.AddrsPerJob)
+		c.m.observeHWColl("reserve", err)
 		return err
 	})
 	if err != nil {
@@ -284,7 +286,11 @@ func (c *collectives) release(ctx context.Context, s *Allocator, id string) erro
 	c.mu.Lock()
 	delete(c.tokens, id)
 	c.mu.Unlock()
-	err := c.retry(ctx, func(ctx context.Context) error { return c.cfg.FM.Release(ctx, id) })
+	err := c.retry(ctx, func(ctx context.Context) error {
+		err := c.cfg.FM.Release(ctx, id)
+		c.m.observeHWColl("release", err)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("release %s at the fabric manager: %w", id, err)
 	}
@@ -297,6 +303,7 @@ func (c *collectives) release(ctx context.Context, s *Allocator, id string) erro
 // a takeover or a failing fabric manager left undone.
 func (c *collectives) reconcile(ctx context.Context, s *Allocator) {
 	ids, err := c.cfg.FM.List(ctx)
+	c.m.observeHWColl("list", err)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("list hardware-collectives reservations; retrying in the next reconcile", "err", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/slingshot-k8s/slingshot/controller/hwcoll"
 	"github.com/slingshot-k8s/slingshot/controller/store"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
@@ -185,6 +186,12 @@ func TestCollectivesRetryAndFailClosed(t *testing.T) {
 	}
 	if n := e.calls(http.MethodGet) - before; n != 2 {
 		t.Fatalf("%d GETs for a refused reserve, want 2 (one with a fresh token, no retry)", n)
+	}
+	// Reserve calls: a-0 two failed and one ok, b-0 three failed and one
+	// ok, c-0 one failed.
+	ok, failed := testutil.ToFloat64(h.svc.m.hwcoll.WithLabelValues("reserve", "ok")), testutil.ToFloat64(h.svc.m.hwcoll.WithLabelValues("reserve", "error"))
+	if ok != 2 || failed != 6 {
+		t.Fatalf("slingshot_controller_hwcoll_calls_total reserve: %v ok, %v error; want 2 and 6", ok, failed)
 	}
 }
 

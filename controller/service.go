@@ -136,7 +136,7 @@ func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Alloca
 		inUse: map[string]vniReport{}, acquired: map[hold]time.Time{}}
 	s.m = newMetrics(s, cfg.Registerer)
 	if cfg.Collectives != nil {
-		s.coll = newCollectives(*cfg.Collectives, cfg.Logger)
+		s.coll = newCollectives(*cfg.Collectives, cfg.Logger, s.m)
 	}
 	return s, nil
 }
