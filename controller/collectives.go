@@ -146,9 +146,15 @@ func newCollectives(cfg CollectivesConfig, log *slog.Logger, m *metrics) *collec
 // jobID is the fabric manager's name for the job of owner UID uid.
 func (c *collectives) jobID(uid string) string { return c.cfg.JobPrefix + "-" + uid }
 
-// mine reports whether id is a job ID this controller makes.
+// uidRE is the shape of a Kubernetes object UID (RFC 4122).
+var uidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// mine reports whether id is a job ID this controller makes: its prefix
+// followed by a UID alone, so that the prefix "k8s" never claims the
+// reservations of a cluster whose prefix is "k8s-east".
 func (c *collectives) mine(id string) bool {
-	return strings.HasPrefix(id, c.cfg.JobPrefix+"-") && len(id) > len(c.cfg.JobPrefix)+1
+	uid, ok := strings.CutPrefix(id, c.cfg.JobPrefix+"-")
+	return ok && uidRE.MatchString(uid)
 }
 
 func (c *collectives) vars(id, token string) *Collectives {

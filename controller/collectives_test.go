@@ -64,6 +64,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func (e *fmEnv) jobs() map[string]fakefm.Job { return e.fm.Jobs() }
 
+// listed waits until n listings (the reconcile at each start) were
+// answered, so that failures injected after it reach the calls the test
+// means.
+func (e *fmEnv) listed(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, "the reconcile's listing", func() bool {
+		seen := 0
+		for _, c := range e.fm.Calls() {
+			if c.Method == http.MethodGet && c.Path == fakefm.JobsPath+"/" && c.Status != 0 {
+				seen++
+			}
+		}
+		return seen >= n
+	})
+}
+
 func (e *fmEnv) calls(method string) int {
 	n := 0
 	for _, c := range e.fm.Calls() {
@@ -150,6 +166,7 @@ func TestCollectivesOneReservationPerJob(t *testing.T) {
 func TestCollectivesRetryAndFailClosed(t *testing.T) {
 	e := newFMEnv(t)
 	h := newHarness(t, Config{Collectives: e.cfg})
+	e.listed(t, 1)
 	ctx := t.Context()
 	h.res.addPod("ml", "a-0", job("ml", "a"), "")
 	h.res.addPod("ml", "b-0", job("ml", "b"), "")
@@ -257,7 +274,10 @@ func TestCollectivesKilledBetweenFreeAndRelease(t *testing.T) {
 	cfg := Config{Collectives: e.cfg, Now: clk.Now}
 	svc, stop := start(t, path, res, cfg)
 	ctx := t.Context()
+	// Real owners have RFC 4122 UIDs; the reconcile releases only
+	// reservations named by one.
 	train, keep := job("ml", "train"), job("ml", "keep")
+	train.UID, keep.UID = "0f5e7a52-64d4-4d0e-9d6b-2a4fbc1d0001", "0f5e7a52-64d4-4d0e-9d6b-2a4fbc1d0002"
 	res.addPod("ml", "train-0", train, "")
 	res.addPod("ml", "keep-0", keep, "")
 	l, err := svc.AcquireJobVNI(ctx, PodRef{Namespace: "ml", Name: "train-0"}, "n1")
@@ -273,7 +293,7 @@ func TestCollectivesKilledBetweenFreeAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"k8s2-uid-x", "slurm-42"} {
+	for _, id := range []string{"k8s2-uid-x", "slurm-42", "k8s-east-0f5e7a52-64d4-4d0e-9d6b-2a4fbc1d0003"} {
 		if _, err := other.Reserve(ctx, id, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -284,13 +304,14 @@ func TestCollectivesKilledBetweenFreeAndRelease(t *testing.T) {
 	eventually(t, "a DELETE attempt", func() bool { return e.calls(http.MethodDelete) > 0 })
 	stop()
 	e.fm.ClearFailures()
-	if _, ok := e.jobs()["k8s-uid-train"]; !ok {
+	trainID, keepID := "k8s-"+train.UID, "k8s-"+keep.UID
+	if _, ok := e.jobs()[trainID]; !ok {
 		t.Fatal("the reservation was released though every DELETE failed")
 	}
 
 	start(t, path, res, cfg)
-	eventually(t, "the orphan's release", func() bool { _, ok := e.jobs()["k8s-uid-train"]; return !ok })
-	for _, id := range []string{"k8s-uid-keep", "k8s2-uid-x", "slurm-42"} {
+	eventually(t, "the orphan's release", func() bool { _, ok := e.jobs()[trainID]; return !ok })
+	for _, id := range []string{keepID, "k8s2-uid-x", "slurm-42", "k8s-east-0f5e7a52-64d4-4d0e-9d6b-2a4fbc1d0003"} {
 		if _, ok := e.jobs()[id]; !ok {
 			t.Errorf("reconcile released %s, which is live or not this controller's", id)
 		}
