@@ -291,7 +291,7 @@ func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, sh
 	entry := checkpoint.Pod{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
-		Network:   lease.NetworkRequest,
+		Network: lease.NetworkRequest, CollEnv: engine.CollectivesEnv(lease),
 		DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
 		Options: opts,
 	}
@@ -544,7 +544,7 @@ func (b *binder) envFor(entry checkpoint.Pod, nics []*nic) []string {
 		}
 		bind.Services = append(bind.Services, id)
 	}
-	return engine.Env(bind)
+	return append(engine.Env(bind), entry.CollEnv...)
 }
 
 func nicNames(nics []*nic) []string {

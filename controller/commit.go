@@ -71,6 +71,9 @@ func (s *Allocator) serve(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.sweepLoop(ctx) })
+	if s.coll != nil {
+		wg.Go(func() { s.coll.run(ctx, s) })
+	}
 	defer wg.Wait()
 	for {
 		select {

@@ -50,6 +50,10 @@ type Config struct {
 	// draining included), so that one namespace cannot drain the range;
 	// an acquire past it fails with an ExhaustedError. 0 means no cap.
 	MaxLeasesPerNamespace int
+	// Collectives, when set, reserves hardware collectives for each job
+	// lease at the Slingshot fabric manager; nil (the default) disables
+	// them.
+	Collectives *CollectivesConfig
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -143,6 +147,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLeasesPerNamespace < 0 {
 		errs = append(errs, fmt.Errorf("negative leases per namespace cap %d", c.MaxLeasesPerNamespace))
+	}
+	if c.Collectives != nil {
+		if err := c.Collectives.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -213,7 +213,10 @@ func (s *Allocator) acquireLease(ctx context.Context, scope store.Scope, owner s
 			s.mu.Unlock()
 			return Lease{}, &ExhaustedError{Resource: "vni", Range: s.cfg.VNIRange.String(), Capacity: s.alloc.Capacity(), Err: err}
 		}
-		l = &lease{rec: store.Lease{Key: key, VNI: vni, Scope: scope, Owner: owner, Created: now, Version: 1}}
+		// The reservation's name is stored with the lease, before any
+		// reservation is made (below, once this is stored).
+		l = &lease{rec: store.Lease{Key: key, VNI: vni, Scope: scope, Owner: owner, Created: now, Version: 1,
+			HWCollJob: s.hwcollIntent(scope, owner)}}
 		if node != "" {
 			l.rec.Nodes = []string{node}
 		}
@@ -236,9 +239,20 @@ func (s *Allocator) acquireLease(ctx context.Context, scope store.Scope, owner s
 		s.acquired[hold{key, node}] = now
 	}
 	info := l.info()
+	hwJob := l.rec.HWCollJob
 	s.mu.Unlock()
 	if err := s.wait(ctx, b); err != nil {
 		return Lease{}, err
+	}
+	if hwJob != "" && node != "" && s.coll != nil {
+		// A node's acquire is for pods about to start: they need the
+		// reservation now. An owner's (the sync hook) leaves it to the
+		// first node.
+		c, err := s.coll.reserve(ctx, s, hwJob)
+		if err != nil {
+			return Lease{}, err
+		}
+		info.Collectives = c
 	}
 	return info, nil
 }
@@ -294,7 +308,11 @@ func (s *Allocator) freeLocked(l *lease, now time.Time) *batch {
 		s.alloc.Expire(now)
 	}
 	s.m.freed.Inc()
-	return s.enqueue(ops...)
+	b := s.enqueue(ops...)
+	if l.rec.HWCollJob != "" && s.coll != nil {
+		s.coll.queueRelease(l.rec.HWCollJob, b)
+	}
+	return b
 }
 
 // expireLocked frees VNIs whose quarantine has ended and returns the ops

@@ -16,6 +16,7 @@ type metrics struct {
 	freed       prometheus.Counter
 	unusedHolds prometheus.Counter
 	stranded    prometheus.Gauge
+	hwcoll      *prometheus.CounterVec
 }
 
 // Result is the label value for an outcome, as the metrics and the gRPC
@@ -78,11 +79,15 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 			Name: "slingshot_controller_slices_stranded",
 			Help: "Slices of gone nodes kept because the node last reported ids in use, or, while its Node object exists, the slice open (it may have handed out ids since).",
 		}),
+		hwcoll: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slingshot_controller_hwcoll_calls_total",
+			Help: "Hardware-collectives calls to the fabric manager by op (reserve, release, list) and result (ok, error), retries included; releases of orphans are op release too.",
+		}, []string{"op", "result"}),
 	}
 	if reg == nil {
 		return m
 	}
-	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded}
+	cs := []prometheus.Collector{m.acquires, m.latency, m.commitTime, m.commitBatch, m.commitFails, m.freed, m.unusedHolds, m.stranded, m.hwcoll}
 	cs = append(cs, &namespaceFill{s: s, desc: prometheus.NewDesc("slingshot_controller_namespace_lease_fill_ratio",
 		"Fraction of --max-leases-per-namespace that the leases of each owner namespace use (only namespaces holding leases, and only with a cap).",
 		[]string{"owner_namespace"}, nil)})
@@ -180,4 +185,12 @@ func (m *metrics) observeCommit(ops int, d time.Duration, err error) {
 	}
 	m.commitTime.Observe(d.Seconds())
 	m.commitBatch.Observe(float64(ops))
+}
+
+func (m *metrics) observeHWColl(op string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.hwcoll.WithLabelValues(op, result).Inc()
 }

@@ -68,6 +68,10 @@ type Lease struct {
 	// NetworkRequest is the pod's AnnotationNetwork, unparsed, in answers
 	// to AcquireJobVNI; it is read anew for every answer and never stored.
 	NetworkRequest string
+	// Collectives is the job's hardware-collectives reservation, in
+	// answers to AcquireJobVNI of a job lease while they are enabled
+	// (Config.Collectives); nil otherwise.
+	Collectives *Collectives
 }
 
 // Allocator is the controller core: it leases job VNIs and node slices,
@@ -80,6 +84,7 @@ type Allocator struct {
 	nodes NodeDirectory
 	log   *slog.Logger
 	m     *metrics
+	coll  *collectives // nil without Config.Collectives
 	kick  chan struct{}
 	// loaded is closed once the first load completes.
 	loaded     chan struct{}
@@ -132,6 +137,9 @@ func New(st store.Store, res Resolver, nodes NodeDirectory, cfg Config) (*Alloca
 	s := &Allocator{cfg: cfg, st: st, res: res, nodes: nodes, log: cfg.Logger, kick: make(chan struct{}, 1), loaded: make(chan struct{}),
 		inUse: map[string]vniReport{}, acquired: map[hold]time.Time{}}
 	s.m = newMetrics(s, cfg.Registerer)
+	if cfg.Collectives != nil {
+		s.coll = newCollectives(*cfg.Collectives, cfg.Logger, s.m)
+	}
 	return s, nil
 }
 
@@ -224,6 +232,20 @@ func (s *Allocator) load(ctx context.Context) error {
 	s.ready = true
 	s.tellClaimsLoadedLocked()
 	s.loadedOnce.Do(func() { close(s.loaded) })
+	if s.coll == nil {
+		n := 0
+		for _, l := range leases {
+			if l.rec.HWCollJob != "" {
+				n++
+			}
+		}
+		if n > 0 {
+			// Nothing here can release them: say so rather than leak
+			// silently.
+			s.log.Warn("leases hold hardware-collectives reservations, but collectives are off: the fabric manager keeps them until they are released there",
+				"leases", n)
+		}
+	}
 	s.log.Info("state loaded", "leases", len(leases), "quarantined", len(quarantine), "slices", len(state.Slices),
 		"vni_range", s.cfg.VNIRange.String(), "took", s.cfg.Now().Sub(start))
 	return nil

@@ -64,6 +64,20 @@ type Lease struct {
 	// server, unparsed; "" when the pod has none (and always in embedded
 	// mode, which has no API server).
 	NetworkRequest string `json:"networkRequest,omitempty"`
+	// Collectives is the job's hardware-collectives reservation, on a
+	// job-scoped lease while the controller reserves them; nil otherwise.
+	Collectives *Collectives `json:"collectives,omitempty"`
+}
+
+// Collectives is a job's hardware-collectives reservation at the fabric
+// manager, as the controller passes it on (apiv1.HWCollectives).
+type Collectives struct {
+	JobID        string `json:"jobID"`
+	JobStepID    string `json:"jobStepID"`
+	Token        string `json:"token"`
+	FabricMgrURL string `json:"fabricMgrURL"`
+	AddrsPerJob  uint32 `json:"addrsPerJob"`
+	MinNodes     uint32 `json:"minNodes"`
 }
 
 // Options configure a Client. Node is required.
@@ -303,6 +317,10 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 		return Lease{}, err
 	}
 	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope()), NetworkRequest: resp.GetNetworkRequest()}
+	if c := resp.GetCollectives(); c != nil {
+		l.Collectives = &Collectives{JobID: c.GetJobId(), JobStepID: c.GetJobStepId(), Token: c.GetMcastToken(),
+			FabricMgrURL: c.GetFabricMgrUrl(), AddrsPerJob: c.GetAddrsPerJob(), MinNodes: c.GetMinNodes()}
+	}
 	if resp.GetFromNodeSlice() {
 		v, err := c.PodVNI(ctx)
 		if err != nil {

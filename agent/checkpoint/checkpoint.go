@@ -91,6 +91,10 @@ type Pod struct {
 	// Network is the pod's network request (its slingshot.hpe.com/network
 	// annotation, unparsed) as the controller passed it on with the lease.
 	Network string `json:"network,omitempty"`
+	// CollEnv is the job's hardware-collectives environment
+	// (engine.CollectivesEnv) as the lease brought it, for the pod's
+	// containers; empty for none.
+	CollEnv []string `json:"collEnv,omitempty"`
 	// HSN is the hsn interface the agent put in the pod's namespace, from
 	// the moment its address is allocated until it is removed and the
 	// address released.

@@ -28,6 +28,9 @@ type Claim struct {
 	Scope    string `json:"scope,omitempty"`
 	Local    bool   `json:"local,omitempty"`
 	Released bool   `json:"released,omitempty"`
+	// CollEnv is the job's hardware-collectives environment
+	// (engine.CollectivesEnv) as the lease brought it; empty for none.
+	CollEnv []string `json:"collEnv,omitempty"`
 	// Services are the claim's services, one per NIC it was allocated.
 	Services []ClaimService `json:"services,omitempty"`
 	// BoundPod is the UID of the pod whose namespace the services admit,

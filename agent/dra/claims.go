@@ -262,6 +262,7 @@ func (m *Manager) lease(ctx context.Context, rec *Record) error {
 		return fmt.Errorf("lease VNI for claim %s (pod %s/%s): %w", rec.Key(), pod.Namespace, pod.Name, err)
 	}
 	rec.LeaseKey, rec.VNI, rec.Scope, rec.Local = l.Key, l.VNI, string(l.Scope), l.Local
+	rec.CollEnv = engine.CollectivesEnv(l)
 	err = m.record(rec)
 	if err == nil {
 		return nil
@@ -412,7 +413,7 @@ func (m *Manager) env(rec *Record) []string {
 		}
 		b.Services = append(b.Services, id)
 	}
-	return append(engine.Env(b), claimMarker(rec))
+	return append(append(engine.Env(b), rec.CollEnv...), claimMarker(rec))
 }
 
 // claimMarkerPrefix starts the variable each claim's CDI spec sets in its

@@ -5,12 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/hwcoll"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
@@ -53,6 +56,7 @@ type Config struct {
 	MTLSPrefix                       string
 	AllowUnboundAgents               bool
 	LogLevel, LogFormat              string
+	HWColl                           HWCollFlags
 
 	// Parsed by Validate.
 	controller controller.Config
@@ -129,6 +133,16 @@ func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.ClientCA, "client-ca", "", "CA file that signs agent certificates, for --auth mtls")
 	fs.StringVar(&c.MTLSPrefix, "mtls-prefix", "slingshot-agent:", "common-name prefix of agent certificates, CN <prefix><node>: the rest names the node the agent may act for")
 	fs.BoolVar(&c.AllowUnboundAgents, "allow-unbound-agents", false, "development only: let an agent whose credential names no node (a token without the node-name extra, Kubernetes before 1.30; a certificate CN of the bare prefix) act for every node; without it such an agent is refused every node-scoped call")
+	fs.StringVar(&c.HWColl.FMURL, "hwcoll-fm-url", "", "HPE Slingshot fabric manager URL: reserve hardware collectives (multicast addresses) for each job lease and pass them to its pods as FI_CXI_COLL_*; empty disables")
+	fs.StringVar(&c.HWColl.JobFMURL, "hwcoll-job-fm-url", "", "the fabric manager's URL as the jobs' pods reach it (FI_CXI_COLL_FABRIC_MGR_URL, with /fabric/collectives/multicasts); empty: --hwcoll-fm-url")
+	fs.StringVar(&c.HWColl.JobPrefix, "hwcoll-job-prefix", "k8s", "prefix of the controller's job IDs at the fabric manager (<prefix>-<owner UID>); only those are released by its reconcile, so clusters sharing a fabric manager need distinct ones")
+	fs.IntVar(&c.HWColl.AddrsPerJob, "hwcoll-addrs-per-job", 8, "multicast addresses reserved per job (FI_CXI_HWCOLL_ADDRS_PER_JOB)")
+	fs.IntVar(&c.HWColl.MinNodes, "hwcoll-min-nodes", 2, "fewest nodes a collective spans for libfabric to use the hardware (FI_CXI_HWCOLL_MIN_NODES)")
+	fs.StringVar(&c.HWColl.OAuthDir, "hwcoll-oauth-dir", "", "directory of the fabric manager's OAuth client credentials: files endpoint (token URL), client-id, client-secret (a mounted Secret; read at each token fetch); empty: no OAuth")
+	fs.StringVar(&c.HWColl.CAFile, "hwcoll-ca", "", "CA file that signs the fabric manager's (and token endpoint's) certificate; empty: the system's roots")
+	fs.StringVar(&c.HWColl.CertFile, "hwcoll-cert", "", "client certificate file for mTLS to the fabric manager (with --hwcoll-key; read at each handshake)")
+	fs.StringVar(&c.HWColl.KeyFile, "hwcoll-key", "", "client key file for mTLS to the fabric manager")
+	fs.DurationVar(&c.HWColl.ReconcileInterval, "hwcoll-reconcile-interval", time.Minute, "how often the fabric manager's reservations are listed and those of no lease released (also at every start and takeover)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "Usage: slingshot-controller [flags]\n\n"+
@@ -156,6 +170,7 @@ func (c *Config) Validate() error {
 	c.validateLimits(add)
 	c.validateAuth(add)
 	c.validateLogging(add)
+	c.validateHWColl(add)
 	c.controller = controller.Config{VNIRange: vr, PodVNIRange: pr, PodVNISliceSize: c.PodVNISliceSize, IPPools: pools,
 		Quarantine: c.Quarantine, SliceTTL: c.SliceTTL, SliceGrace: c.SliceGrace, SweepInterval: c.SweepInterval, HoldGrace: c.HoldGrace,
 		MaxLeasesPerNamespace: c.MaxLeasesPerNamespace}
@@ -302,4 +317,66 @@ func (c *Config) validateLogging(add problems) {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		add("--log-format %q: want json or text", c.LogFormat)
 	}
+}
+
+// HWCollFlags are the --hwcoll-* flags: hardware collectives at the
+// fabric manager, off unless FMURL is set.
+type HWCollFlags struct {
+	FMURL, JobFMURL, JobPrefix string
+	AddrsPerJob, MinNodes      int
+	OAuthDir                   string
+	CAFile, CertFile, KeyFile  string
+	ReconcileInterval          time.Duration
+}
+
+// validateHWColl checks the --hwcoll-* flags; they are checked only when
+// --hwcoll-fm-url enables collectives.
+func (c *Config) validateHWColl(add problems) {
+	h := c.HWColl
+	if h.FMURL == "" {
+		return
+	}
+	for name, v := range map[string]string{"--hwcoll-fm-url": h.FMURL, "--hwcoll-job-fm-url": h.JobFMURL} {
+		if v == "" {
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("%s %q: want http(s)://host[:port]", name, v)
+		}
+	}
+	if (h.CertFile == "") != (h.KeyFile == "") {
+		add("--hwcoll-cert and --hwcoll-key go together")
+	}
+	if h.AddrsPerJob < 1 || h.MinNodes < 1 {
+		add("--hwcoll-addrs-per-job and --hwcoll-min-nodes: want at least 1")
+	}
+	if h.ReconcileInterval <= 0 {
+		add("--hwcoll-reconcile-interval: want positive")
+	}
+	if !hwcollPrefixRE.MatchString(h.JobPrefix) {
+		add("--hwcoll-job-prefix %q: want a DNS label", h.JobPrefix)
+	}
+	if c.NoKube {
+		add("--hwcoll-fm-url needs the Kubernetes API: without it no lease is a job's")
+	}
+}
+
+var hwcollPrefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// collectives returns the controller's collectives configuration, its
+// fabric manager client made from the flags; nil when they are off.
+func (h HWCollFlags) collectives() (*controller.CollectivesConfig, error) {
+	if h.FMURL == "" {
+		return nil, nil
+	}
+	fm, err := hwcoll.New(hwcoll.Options{URL: h.FMURL, OAuthDir: h.OAuthDir, CAFile: h.CAFile, CertFile: h.CertFile, KeyFile: h.KeyFile})
+	if err != nil {
+		return nil, fmt.Errorf("hardware collectives: %w", err)
+	}
+	jobURL := h.JobFMURL
+	if jobURL == "" {
+		jobURL = h.FMURL
+	}
+	return &controller.CollectivesConfig{FM: fm, JobPrefix: h.JobPrefix, AddrsPerJob: h.AddrsPerJob, MinNodes: h.MinNodes,
+		JobURL: jobURL, ReconcileInterval: h.ReconcileInterval}, nil
 }

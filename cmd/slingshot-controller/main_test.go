@@ -95,6 +95,26 @@ func TestParseFlags(t *testing.T) {
 			return nil
 		}},
 		{name: "negative namespace cap", args: []string{"--max-leases-per-namespace", "-1"}, wantErr: "--max-leases-per-namespace"},
+		{name: "hwcoll off by default", check: func(c *Config) error {
+			if coll, err := c.HWColl.collectives(); coll != nil || err != nil {
+				return fmt.Errorf("collectives %+v, %v; want off", coll, err)
+			}
+			return nil
+		}},
+		{name: "hwcoll on", args: []string{"--hwcoll-fm-url", "https://fmn:8000", "--hwcoll-job-fm-url", "https://fm.hsn:8000",
+			"--hwcoll-addrs-per-job", "4"}, env: map[string]string{"SLINGSHOT_CONTROLLER_HWCOLL_JOB_PREFIX": "east"},
+			check: func(c *Config) error {
+				coll, err := c.HWColl.collectives()
+				if err != nil || coll == nil || coll.JobPrefix != "east" || coll.AddrsPerJob != 4 || coll.MinNodes != 2 || coll.JobURL != "https://fm.hsn:8000" {
+					return fmt.Errorf("collectives %+v, %v", coll, err)
+				}
+				return nil
+			}},
+		{name: "hwcoll bad url", args: []string{"--hwcoll-fm-url", "fmn:8000"}, wantErr: "--hwcoll-fm-url"},
+		{name: "hwcoll cert without key", args: []string{"--hwcoll-fm-url", "https://fmn", "--hwcoll-cert", "c.pem"}, wantErr: "--hwcoll-key"},
+		{name: "hwcoll bad prefix", args: []string{"--hwcoll-fm-url", "https://fmn", "--hwcoll-job-prefix", "East_1"}, wantErr: "--hwcoll-job-prefix"},
+		{name: "hwcoll zero addrs", args: []string{"--hwcoll-fm-url", "https://fmn", "--hwcoll-addrs-per-job", "0"}, wantErr: "--hwcoll-addrs-per-job"},
+		{name: "hwcoll needs kube", args: []string{"--hwcoll-fm-url", "https://fmn", "--no-kube", "--auth", "none"}, wantErr: "--hwcoll-fm-url needs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

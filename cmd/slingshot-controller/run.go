@@ -143,12 +143,20 @@ func (p *parts) buildKube(context.Context) error {
 
 // buildService opens the store and makes the allocator on it.
 func (p *parts) buildService(ctx context.Context) error {
-	var err error
+	coll, err := p.c.HWColl.collectives()
+	if err != nil {
+		return err
+	}
 	if p.st, err = openStore(ctx, p.c, p.rc, p.log); err != nil {
 		return err
 	}
 	p.cc = p.c.controller
 	p.cc.Logger, p.cc.Registerer = p.log, p.reg
+	p.cc.Collectives = coll
+	if p.cc.Collectives != nil {
+		p.log.Info("hardware collectives enabled", "fm_url", p.c.HWColl.FMURL, "oauth", p.c.HWColl.OAuthDir != "",
+			"mtls", p.c.HWColl.CertFile != "", "addrs_per_job", p.c.HWColl.AddrsPerJob, "job_prefix", p.c.HWColl.JobPrefix)
+	}
 	var nd controller.NodeDirectory
 	if p.nodes != nil {
 		nd = p.nodes

@@ -174,6 +174,10 @@ func leaseToProto(l controller.Lease) *apiv1.JobVNILease {
 		out.Owner = &apiv1.OwnerRef{ApiVersion: l.Owner.APIVersion, Kind: l.Owner.Kind, Namespace: l.Owner.Namespace,
 			Name: l.Owner.Name, Uid: l.Owner.UID}
 	}
+	if c := l.Collectives; c != nil {
+		out.Collectives = &apiv1.HWCollectives{JobId: c.JobID, JobStepId: c.JobStepID, McastToken: c.Token,
+			FabricMgrUrl: c.FabricMgrURL, AddrsPerJob: uint32(c.AddrsPerJob), MinNodes: uint32(c.MinNodes)}
+	}
 	return out
 }
 

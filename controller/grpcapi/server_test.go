@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // serve runs svc behind a real gRPC server on loopback and returns a
@@ -368,5 +369,19 @@ func TestStatusMapping(t *testing.T) {
 		if got := status.Code(Status(tt.err)); got != tt.code {
 			t.Errorf("Status(%v) code = %v, want %v", tt.err, got, tt.code)
 		}
+	}
+}
+
+func TestLeaseToProtoCollectives(t *testing.T) {
+	c := &controller.Collectives{JobID: "k8s-u1", JobStepID: "0", Token: "tok", FabricMgrURL: "https://fm/fabric/collectives/multicasts",
+		AddrsPerJob: 8, MinNodes: 2}
+	got := leaseToProto(controller.Lease{Key: "job/ns/u1", VNI: 1500, Scope: store.ScopeJob, Collectives: c}).GetCollectives()
+	want := &apiv1.HWCollectives{JobId: "k8s-u1", JobStepId: "0", McastToken: "tok", FabricMgrUrl: "https://fm/fabric/collectives/multicasts",
+		AddrsPerJob: 8, MinNodes: 2}
+	if !proto.Equal(got, want) {
+		t.Fatalf("collectives %v, want %v", got, want)
+	}
+	if leaseToProto(controller.Lease{Key: "pod/ns/p", Scope: store.ScopePod}).GetCollectives() != nil {
+		t.Fatal("a lease without collectives answered some")
 	}
 }

@@ -76,6 +76,14 @@ type Lease struct {
 	// freed when OwnerGone is set and Nodes is empty.
 	OwnerGone bool
 	Created   time.Time
+	// HWCollJob names the job object at the fabric manager that holds
+	// (or is to hold) the job's hardware-collectives reservation; empty
+	// for none. It is written with the lease, before the fabric manager
+	// is asked, so that no reservation exists for a lease the store does
+	// not know of; it is released after the lease's deletion is stored,
+	// and whatever a crash left between the two is found by listing the
+	// fabric manager's job objects.
+	HWCollJob string
 	Version   uint64
 }
 

@@ -785,3 +785,48 @@ func TestGeneratedCRDs(t *testing.T) {
 		t.Error("no error without store CRDs")
 	}
 }
+
+// controller.hwcoll: off by default; with fmURL the controller gets the
+// --hwcoll-* flags and each credential Secret is mounted whole (no
+// subPath, so a rotated credential reaches the files) where its flag
+// points.
+func TestControllerHWColl(t *testing.T) {
+	deployment := func(values map[string]any) appsv1.Deployment {
+		t.Helper()
+		o := renderObjects(t, values)["Deployment/slingshot-controller"]
+		if o == nil {
+			t.Fatal("no controller Deployment")
+		}
+		var d appsv1.Deployment
+		if err := json.Unmarshal(o.JSON, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	off := deployment(nil)
+	for _, a := range off.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--hwcoll-") {
+			t.Errorf("default chart passes %s", a)
+		}
+	}
+	on := deployment(map[string]any{"controller": map[string]any{"hwcoll": map[string]any{"fmURL": "https://fmn:8000",
+		"addrsPerJob": 4, "oauthSecret": "fm-oauth", "tlsSecret": "fm-tls", "caSecret": "fm-ca"}}})
+	c := on.Spec.Template.Spec.Containers[0]
+	for _, a := range []string{"--hwcoll-fm-url=https://fmn:8000", "--hwcoll-job-prefix=k8s", "--hwcoll-addrs-per-job=4", "--hwcoll-min-nodes=2",
+		"--hwcoll-oauth-dir=/etc/slingshot/hwcoll/oauth", "--hwcoll-cert=/etc/slingshot/hwcoll/tls/tls.crt",
+		"--hwcoll-key=/etc/slingshot/hwcoll/tls/tls.key", "--hwcoll-ca=/etc/slingshot/hwcoll/ca/ca.crt"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	for vol, secret := range map[string]string{"hwcoll-oauth": "fm-oauth", "hwcoll-tls": "fm-tls", "hwcoll-ca": "fm-ca"} {
+		i := slices.IndexFunc(on.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+		if i < 0 || on.Spec.Template.Spec.Volumes[i].Secret == nil || on.Spec.Template.Spec.Volumes[i].Secret.SecretName != secret {
+			t.Errorf("volume %s: want Secret %s", vol, secret)
+		}
+		j := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == vol })
+		if j < 0 || !c.VolumeMounts[j].ReadOnly || c.VolumeMounts[j].SubPath != "" {
+			t.Errorf("mount of %s: want read-only, whole", vol)
+		}
+	}
+}

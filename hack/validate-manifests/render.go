@@ -79,6 +79,8 @@ func Variants() []Variant {
 				"podAnnotations": map[string]any{"example.com/a": "b"},
 				"podLabels":      map[string]any{"tier": "control"},
 				"service":        map[string]any{"annotations": map[string]any{"example.com/a": "b"}},
+				"hwcoll": map[string]any{"fmURL": "https://fmn.example:8000", "jobFMURL": "https://fm.hsn.example:8000",
+					"oauthSecret": "fm-oauth", "tlsSecret": "fm-client-tls", "caSecret": "fm-ca"},
 			},
 			"ipam":           map[string]any{"socket": "/var/run/slingshot/ipam.sock", "cniBinDir": "/var/lib/cni/bin/"},
 			"metacontroller": map[string]any{"enabled": true},
@@ -87,7 +89,8 @@ func Variants() []Variant {
 				"additionalLabels": map[string]any{"route": "hpc-oncall", "severity": "ignored: the rule's own wins"}},
 			"grafanaDashboard": map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "HPC"}},
 			"networkPolicy":    map[string]any{"enabled": true},
-		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry"}},
+		}, External: []string{"Secret/slingshot-controller-tls", "PersistentVolumeClaim/leases", "Secret/registry",
+			"Secret/fm-oauth", "Secret/fm-client-tls", "Secret/fm-ca"}},
 		{Name: "kube-ha", Values: map[string]any{
 			"controller": map[string]any{"store": "kube", "replicas": 3},
 		}, APIVersions: []string{CertManagerAPI}},

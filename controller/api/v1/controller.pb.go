@@ -313,8 +313,14 @@ type JobVNILease struct {
 	// pools); empty when the pod has none. It is read anew on every
 	// AcquireJobVNI and never stored with the lease.
 	NetworkRequest string `protobuf:"bytes,9,opt,name=network_request,json=networkRequest,proto3" json:"network_request,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// collectives is the job's hardware-collectives reservation at the
+	// HPE Slingshot fabric manager, set only on a job-scoped lease while the
+	// controller runs with --hwcoll-fm-url; the agent puts it in the pods'
+	// environment as the FI_CXI_COLL_* variables libfabric's CXI provider
+	// reads.
+	Collectives   *HWCollectives `protobuf:"bytes,10,opt,name=collectives,proto3" json:"collectives,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobVNILease) Reset() {
@@ -410,6 +416,108 @@ func (x *JobVNILease) GetNetworkRequest() string {
 	return ""
 }
 
+func (x *JobVNILease) GetCollectives() *HWCollectives {
+	if x != nil {
+		return x.Collectives
+	}
+	return nil
+}
+
+// HWCollectives is what libfabric needs to ask the fabric manager for a
+// job's multicast addresses, as Slurm's switch/hpe_slingshot plugin hands
+// it to a job step.
+type HWCollectives struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// job_id names the job object at the fabric manager
+	// (FI_CXI_COLL_JOB_ID).
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// job_step_id is FI_CXI_COLL_JOB_STEP_ID; a Kubernetes job has one step.
+	JobStepId string `protobuf:"bytes,2,opt,name=job_step_id,json=jobStepId,proto3" json:"job_step_id,omitempty"`
+	// mcast_token is the job's session token (FI_CXI_COLL_MCAST_TOKEN).
+	McastToken string `protobuf:"bytes,3,opt,name=mcast_token,json=mcastToken,proto3" json:"mcast_token,omitempty"`
+	// fabric_mgr_url is where libfabric asks for multicast addresses
+	// (FI_CXI_COLL_FABRIC_MGR_URL).
+	FabricMgrUrl string `protobuf:"bytes,4,opt,name=fabric_mgr_url,json=fabricMgrUrl,proto3" json:"fabric_mgr_url,omitempty"`
+	// addrs_per_job is FI_CXI_HWCOLL_ADDRS_PER_JOB, min_nodes
+	// FI_CXI_HWCOLL_MIN_NODES.
+	AddrsPerJob   uint32 `protobuf:"varint,5,opt,name=addrs_per_job,json=addrsPerJob,proto3" json:"addrs_per_job,omitempty"`
+	MinNodes      uint32 `protobuf:"varint,6,opt,name=min_nodes,json=minNodes,proto3" json:"min_nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HWCollectives) Reset() {
+	*x = HWCollectives{}
+	mi := &file_controller_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HWCollectives) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HWCollectives) ProtoMessage() {}
+
+func (x *HWCollectives) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HWCollectives.ProtoReflect.Descriptor instead.
+func (*HWCollectives) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HWCollectives) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *HWCollectives) GetJobStepId() string {
+	if x != nil {
+		return x.JobStepId
+	}
+	return ""
+}
+
+func (x *HWCollectives) GetMcastToken() string {
+	if x != nil {
+		return x.McastToken
+	}
+	return ""
+}
+
+func (x *HWCollectives) GetFabricMgrUrl() string {
+	if x != nil {
+		return x.FabricMgrUrl
+	}
+	return ""
+}
+
+func (x *HWCollectives) GetAddrsPerJob() uint32 {
+	if x != nil {
+		return x.AddrsPerJob
+	}
+	return 0
+}
+
+func (x *HWCollectives) GetMinNodes() uint32 {
+	if x != nil {
+		return x.MinNodes
+	}
+	return 0
+}
+
 type ReleaseJobVNIRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -420,7 +528,7 @@ type ReleaseJobVNIRequest struct {
 
 func (x *ReleaseJobVNIRequest) Reset() {
 	*x = ReleaseJobVNIRequest{}
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +540,7 @@ func (x *ReleaseJobVNIRequest) String() string {
 func (*ReleaseJobVNIRequest) ProtoMessage() {}
 
 func (x *ReleaseJobVNIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +553,7 @@ func (x *ReleaseJobVNIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseJobVNIRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseJobVNIRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{4}
+	return file_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReleaseJobVNIRequest) GetKey() string {
@@ -482,7 +590,7 @@ type Slice struct {
 
 func (x *Slice) Reset() {
 	*x = Slice{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +602,7 @@ func (x *Slice) String() string {
 func (*Slice) ProtoMessage() {}
 
 func (x *Slice) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +615,7 @@ func (x *Slice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slice.ProtoReflect.Descriptor instead.
 func (*Slice) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Slice) GetPool() string {
@@ -593,7 +701,7 @@ type AcquireSlicesRequest struct {
 
 func (x *AcquireSlicesRequest) Reset() {
 	*x = AcquireSlicesRequest{}
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +713,7 @@ func (x *AcquireSlicesRequest) String() string {
 func (*AcquireSlicesRequest) ProtoMessage() {}
 
 func (x *AcquireSlicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +726,7 @@ func (x *AcquireSlicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSlicesRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSlicesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{6}
+	return file_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireSlicesRequest) GetNode() string {
@@ -658,7 +766,7 @@ type NodeSlices struct {
 
 func (x *NodeSlices) Reset() {
 	*x = NodeSlices{}
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +778,7 @@ func (x *NodeSlices) String() string {
 func (*NodeSlices) ProtoMessage() {}
 
 func (x *NodeSlices) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +791,7 @@ func (x *NodeSlices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSlices.ProtoReflect.Descriptor instead.
 func (*NodeSlices) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{7}
+	return file_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeSlices) GetSlices() []*Slice {
@@ -719,7 +827,7 @@ type SliceUsage struct {
 
 func (x *SliceUsage) Reset() {
 	*x = SliceUsage{}
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +839,7 @@ func (x *SliceUsage) String() string {
 func (*SliceUsage) ProtoMessage() {}
 
 func (x *SliceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +852,7 @@ func (x *SliceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceUsage.ProtoReflect.Descriptor instead.
 func (*SliceUsage) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{8}
+	return file_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SliceUsage) GetPool() string {
@@ -793,7 +901,7 @@ type RenewSlicesRequest struct {
 
 func (x *RenewSlicesRequest) Reset() {
 	*x = RenewSlicesRequest{}
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +913,7 @@ func (x *RenewSlicesRequest) String() string {
 func (*RenewSlicesRequest) ProtoMessage() {}
 
 func (x *RenewSlicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +926,7 @@ func (x *RenewSlicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSlicesRequest.ProtoReflect.Descriptor instead.
 func (*RenewSlicesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{9}
+	return file_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewSlicesRequest) GetNode() string {
@@ -862,7 +970,7 @@ type RenewSlicesResponse struct {
 
 func (x *RenewSlicesResponse) Reset() {
 	*x = RenewSlicesResponse{}
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +982,7 @@ func (x *RenewSlicesResponse) String() string {
 func (*RenewSlicesResponse) ProtoMessage() {}
 
 func (x *RenewSlicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +995,7 @@ func (x *RenewSlicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSlicesResponse.ProtoReflect.Descriptor instead.
 func (*RenewSlicesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{10}
+	return file_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewSlicesResponse) GetHeld() []*Slice {
@@ -922,7 +1030,7 @@ type ReleaseSliceRequest struct {
 
 func (x *ReleaseSliceRequest) Reset() {
 	*x = ReleaseSliceRequest{}
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1042,7 @@ func (x *ReleaseSliceRequest) String() string {
 func (*ReleaseSliceRequest) ProtoMessage() {}
 
 func (x *ReleaseSliceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1055,7 @@ func (x *ReleaseSliceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSliceRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSliceRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{11}
+	return file_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseSliceRequest) GetNode() string {
@@ -979,7 +1087,7 @@ type ReleaseSliceResponse struct {
 
 func (x *ReleaseSliceResponse) Reset() {
 	*x = ReleaseSliceResponse{}
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1099,7 @@ func (x *ReleaseSliceResponse) String() string {
 func (*ReleaseSliceResponse) ProtoMessage() {}
 
 func (x *ReleaseSliceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1112,7 @@ func (x *ReleaseSliceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSliceResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSliceResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{12}
+	return file_controller_proto_rawDescGZIP(), []int{13}
 }
 
 type ListVNIsRequest struct {
@@ -1015,7 +1123,7 @@ type ListVNIsRequest struct {
 
 func (x *ListVNIsRequest) Reset() {
 	*x = ListVNIsRequest{}
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1135,7 @@ func (x *ListVNIsRequest) String() string {
 func (*ListVNIsRequest) ProtoMessage() {}
 
 func (x *ListVNIsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1148,7 @@ func (x *ListVNIsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVNIsRequest.ProtoReflect.Descriptor instead.
 func (*ListVNIsRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{13}
+	return file_controller_proto_rawDescGZIP(), []int{14}
 }
 
 type QuarantinedVNI struct {
@@ -1053,7 +1161,7 @@ type QuarantinedVNI struct {
 
 func (x *QuarantinedVNI) Reset() {
 	*x = QuarantinedVNI{}
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1173,7 @@ func (x *QuarantinedVNI) String() string {
 func (*QuarantinedVNI) ProtoMessage() {}
 
 func (x *QuarantinedVNI) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1186,7 @@ func (x *QuarantinedVNI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuarantinedVNI.ProtoReflect.Descriptor instead.
 func (*QuarantinedVNI) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{14}
+	return file_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QuarantinedVNI) GetVni() uint32 {
@@ -1108,7 +1216,7 @@ type ListVNIsResponse struct {
 
 func (x *ListVNIsResponse) Reset() {
 	*x = ListVNIsResponse{}
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1228,7 @@ func (x *ListVNIsResponse) String() string {
 func (*ListVNIsResponse) ProtoMessage() {}
 
 func (x *ListVNIsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1241,7 @@ func (x *ListVNIsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVNIsResponse.ProtoReflect.Descriptor instead.
 func (*ListVNIsResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{15}
+	return file_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListVNIsResponse) GetLeases() []*JobVNILease {
@@ -1181,7 +1289,7 @@ type ListSlicesRequest struct {
 
 func (x *ListSlicesRequest) Reset() {
 	*x = ListSlicesRequest{}
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1301,7 @@ func (x *ListSlicesRequest) String() string {
 func (*ListSlicesRequest) ProtoMessage() {}
 
 func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1314,7 @@ func (x *ListSlicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlicesRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{16}
+	return file_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSlicesRequest) GetPool() string {
@@ -1236,7 +1344,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1356,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1369,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{17}
+	return file_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Pool) GetName() string {
@@ -1302,7 +1410,7 @@ type ListSlicesResponse struct {
 
 func (x *ListSlicesResponse) Reset() {
 	*x = ListSlicesResponse{}
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1422,7 @@ func (x *ListSlicesResponse) String() string {
 func (*ListSlicesResponse) ProtoMessage() {}
 
 func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1435,7 @@ func (x *ListSlicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlicesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlicesResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{18}
+	return file_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListSlicesResponse) GetPools() []*Pool {
@@ -1363,7 +1471,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x14AcquireJobVNIRequest\x121\n" +
 	"\x03pod\x18\x01 \x01(\v2\x1f.slingshot.controller.v1.PodRefR\x03pod\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
-	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xce\x02\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\x98\x03\n" +
 	"\vJobVNILease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x124\n" +
@@ -1374,7 +1482,17 @@ const file_controller_proto_rawDesc = "" +
 	"owner_gone\x18\x06 \x01(\bR\townerGone\x12&\n" +
 	"\x0ffrom_node_slice\x18\a \x01(\bR\rfromNodeSlice\x12&\n" +
 	"\x0fcreated_unix_ms\x18\b \x01(\x03R\rcreatedUnixMs\x12'\n" +
-	"\x0fnetwork_request\x18\t \x01(\tR\x0enetworkRequest\"<\n" +
+	"\x0fnetwork_request\x18\t \x01(\tR\x0enetworkRequest\x12H\n" +
+	"\vcollectives\x18\n" +
+	" \x01(\v2&.slingshot.controller.v1.HWCollectivesR\vcollectives\"\xce\x01\n" +
+	"\rHWCollectives\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1e\n" +
+	"\vjob_step_id\x18\x02 \x01(\tR\tjobStepId\x12\x1f\n" +
+	"\vmcast_token\x18\x03 \x01(\tR\n" +
+	"mcastToken\x12$\n" +
+	"\x0efabric_mgr_url\x18\x04 \x01(\tR\ffabricMgrUrl\x12\"\n" +
+	"\raddrs_per_job\x18\x05 \x01(\rR\vaddrsPerJob\x12\x1b\n" +
+	"\tmin_nodes\x18\x06 \x01(\rR\bminNodes\"<\n" +
 	"\x14ReleaseJobVNIRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\xef\x01\n" +
@@ -1469,60 +1587,62 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_controller_proto_goTypes = []any{
 	(Scope)(0),                   // 0: slingshot.controller.v1.Scope
 	(*PodRef)(nil),               // 1: slingshot.controller.v1.PodRef
 	(*OwnerRef)(nil),             // 2: slingshot.controller.v1.OwnerRef
 	(*AcquireJobVNIRequest)(nil), // 3: slingshot.controller.v1.AcquireJobVNIRequest
 	(*JobVNILease)(nil),          // 4: slingshot.controller.v1.JobVNILease
-	(*ReleaseJobVNIRequest)(nil), // 5: slingshot.controller.v1.ReleaseJobVNIRequest
-	(*Slice)(nil),                // 6: slingshot.controller.v1.Slice
-	(*AcquireSlicesRequest)(nil), // 7: slingshot.controller.v1.AcquireSlicesRequest
-	(*NodeSlices)(nil),           // 8: slingshot.controller.v1.NodeSlices
-	(*SliceUsage)(nil),           // 9: slingshot.controller.v1.SliceUsage
-	(*RenewSlicesRequest)(nil),   // 10: slingshot.controller.v1.RenewSlicesRequest
-	(*RenewSlicesResponse)(nil),  // 11: slingshot.controller.v1.RenewSlicesResponse
-	(*ReleaseSliceRequest)(nil),  // 12: slingshot.controller.v1.ReleaseSliceRequest
-	(*ReleaseSliceResponse)(nil), // 13: slingshot.controller.v1.ReleaseSliceResponse
-	(*ListVNIsRequest)(nil),      // 14: slingshot.controller.v1.ListVNIsRequest
-	(*QuarantinedVNI)(nil),       // 15: slingshot.controller.v1.QuarantinedVNI
-	(*ListVNIsResponse)(nil),     // 16: slingshot.controller.v1.ListVNIsResponse
-	(*ListSlicesRequest)(nil),    // 17: slingshot.controller.v1.ListSlicesRequest
-	(*Pool)(nil),                 // 18: slingshot.controller.v1.Pool
-	(*ListSlicesResponse)(nil),   // 19: slingshot.controller.v1.ListSlicesResponse
+	(*HWCollectives)(nil),        // 5: slingshot.controller.v1.HWCollectives
+	(*ReleaseJobVNIRequest)(nil), // 6: slingshot.controller.v1.ReleaseJobVNIRequest
+	(*Slice)(nil),                // 7: slingshot.controller.v1.Slice
+	(*AcquireSlicesRequest)(nil), // 8: slingshot.controller.v1.AcquireSlicesRequest
+	(*NodeSlices)(nil),           // 9: slingshot.controller.v1.NodeSlices
+	(*SliceUsage)(nil),           // 10: slingshot.controller.v1.SliceUsage
+	(*RenewSlicesRequest)(nil),   // 11: slingshot.controller.v1.RenewSlicesRequest
+	(*RenewSlicesResponse)(nil),  // 12: slingshot.controller.v1.RenewSlicesResponse
+	(*ReleaseSliceRequest)(nil),  // 13: slingshot.controller.v1.ReleaseSliceRequest
+	(*ReleaseSliceResponse)(nil), // 14: slingshot.controller.v1.ReleaseSliceResponse
+	(*ListVNIsRequest)(nil),      // 15: slingshot.controller.v1.ListVNIsRequest
+	(*QuarantinedVNI)(nil),       // 16: slingshot.controller.v1.QuarantinedVNI
+	(*ListVNIsResponse)(nil),     // 17: slingshot.controller.v1.ListVNIsResponse
+	(*ListSlicesRequest)(nil),    // 18: slingshot.controller.v1.ListSlicesRequest
+	(*Pool)(nil),                 // 19: slingshot.controller.v1.Pool
+	(*ListSlicesResponse)(nil),   // 20: slingshot.controller.v1.ListSlicesResponse
 }
 var file_controller_proto_depIdxs = []int32{
 	1,  // 0: slingshot.controller.v1.AcquireJobVNIRequest.pod:type_name -> slingshot.controller.v1.PodRef
 	0,  // 1: slingshot.controller.v1.JobVNILease.scope:type_name -> slingshot.controller.v1.Scope
 	2,  // 2: slingshot.controller.v1.JobVNILease.owner:type_name -> slingshot.controller.v1.OwnerRef
-	6,  // 3: slingshot.controller.v1.NodeSlices.slices:type_name -> slingshot.controller.v1.Slice
-	9,  // 4: slingshot.controller.v1.RenewSlicesRequest.usage:type_name -> slingshot.controller.v1.SliceUsage
-	6,  // 5: slingshot.controller.v1.RenewSlicesResponse.held:type_name -> slingshot.controller.v1.Slice
-	9,  // 6: slingshot.controller.v1.RenewSlicesResponse.lost:type_name -> slingshot.controller.v1.SliceUsage
-	4,  // 7: slingshot.controller.v1.ListVNIsResponse.leases:type_name -> slingshot.controller.v1.JobVNILease
-	15, // 8: slingshot.controller.v1.ListVNIsResponse.quarantined:type_name -> slingshot.controller.v1.QuarantinedVNI
-	18, // 9: slingshot.controller.v1.ListSlicesResponse.pools:type_name -> slingshot.controller.v1.Pool
-	6,  // 10: slingshot.controller.v1.ListSlicesResponse.slices:type_name -> slingshot.controller.v1.Slice
-	3,  // 11: slingshot.controller.v1.Controller.AcquireJobVNI:input_type -> slingshot.controller.v1.AcquireJobVNIRequest
-	5,  // 12: slingshot.controller.v1.Controller.ReleaseJobVNI:input_type -> slingshot.controller.v1.ReleaseJobVNIRequest
-	7,  // 13: slingshot.controller.v1.Controller.AcquireSlices:input_type -> slingshot.controller.v1.AcquireSlicesRequest
-	10, // 14: slingshot.controller.v1.Controller.RenewSlices:input_type -> slingshot.controller.v1.RenewSlicesRequest
-	12, // 15: slingshot.controller.v1.Controller.ReleaseSlice:input_type -> slingshot.controller.v1.ReleaseSliceRequest
-	14, // 16: slingshot.controller.v1.Controller.ListVNIs:input_type -> slingshot.controller.v1.ListVNIsRequest
-	17, // 17: slingshot.controller.v1.Controller.ListSlices:input_type -> slingshot.controller.v1.ListSlicesRequest
-	4,  // 18: slingshot.controller.v1.Controller.AcquireJobVNI:output_type -> slingshot.controller.v1.JobVNILease
-	4,  // 19: slingshot.controller.v1.Controller.ReleaseJobVNI:output_type -> slingshot.controller.v1.JobVNILease
-	8,  // 20: slingshot.controller.v1.Controller.AcquireSlices:output_type -> slingshot.controller.v1.NodeSlices
-	11, // 21: slingshot.controller.v1.Controller.RenewSlices:output_type -> slingshot.controller.v1.RenewSlicesResponse
-	13, // 22: slingshot.controller.v1.Controller.ReleaseSlice:output_type -> slingshot.controller.v1.ReleaseSliceResponse
-	16, // 23: slingshot.controller.v1.Controller.ListVNIs:output_type -> slingshot.controller.v1.ListVNIsResponse
-	19, // 24: slingshot.controller.v1.Controller.ListSlices:output_type -> slingshot.controller.v1.ListSlicesResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	5,  // 3: slingshot.controller.v1.JobVNILease.collectives:type_name -> slingshot.controller.v1.HWCollectives
+	7,  // 4: slingshot.controller.v1.NodeSlices.slices:type_name -> slingshot.controller.v1.Slice
+	10, // 5: slingshot.controller.v1.RenewSlicesRequest.usage:type_name -> slingshot.controller.v1.SliceUsage
+	7,  // 6: slingshot.controller.v1.RenewSlicesResponse.held:type_name -> slingshot.controller.v1.Slice
+	10, // 7: slingshot.controller.v1.RenewSlicesResponse.lost:type_name -> slingshot.controller.v1.SliceUsage
+	4,  // 8: slingshot.controller.v1.ListVNIsResponse.leases:type_name -> slingshot.controller.v1.JobVNILease
+	16, // 9: slingshot.controller.v1.ListVNIsResponse.quarantined:type_name -> slingshot.controller.v1.QuarantinedVNI
+	19, // 10: slingshot.controller.v1.ListSlicesResponse.pools:type_name -> slingshot.controller.v1.Pool
+	7,  // 11: slingshot.controller.v1.ListSlicesResponse.slices:type_name -> slingshot.controller.v1.Slice
+	3,  // 12: slingshot.controller.v1.Controller.AcquireJobVNI:input_type -> slingshot.controller.v1.AcquireJobVNIRequest
+	6,  // 13: slingshot.controller.v1.Controller.ReleaseJobVNI:input_type -> slingshot.controller.v1.ReleaseJobVNIRequest
+	8,  // 14: slingshot.controller.v1.Controller.AcquireSlices:input_type -> slingshot.controller.v1.AcquireSlicesRequest
+	11, // 15: slingshot.controller.v1.Controller.RenewSlices:input_type -> slingshot.controller.v1.RenewSlicesRequest
+	13, // 16: slingshot.controller.v1.Controller.ReleaseSlice:input_type -> slingshot.controller.v1.ReleaseSliceRequest
+	15, // 17: slingshot.controller.v1.Controller.ListVNIs:input_type -> slingshot.controller.v1.ListVNIsRequest
+	18, // 18: slingshot.controller.v1.Controller.ListSlices:input_type -> slingshot.controller.v1.ListSlicesRequest
+	4,  // 19: slingshot.controller.v1.Controller.AcquireJobVNI:output_type -> slingshot.controller.v1.JobVNILease
+	4,  // 20: slingshot.controller.v1.Controller.ReleaseJobVNI:output_type -> slingshot.controller.v1.JobVNILease
+	9,  // 21: slingshot.controller.v1.Controller.AcquireSlices:output_type -> slingshot.controller.v1.NodeSlices
+	12, // 22: slingshot.controller.v1.Controller.RenewSlices:output_type -> slingshot.controller.v1.RenewSlicesResponse
+	14, // 23: slingshot.controller.v1.Controller.ReleaseSlice:output_type -> slingshot.controller.v1.ReleaseSliceResponse
+	17, // 24: slingshot.controller.v1.Controller.ListVNIs:output_type -> slingshot.controller.v1.ListVNIsResponse
+	20, // 25: slingshot.controller.v1.Controller.ListSlices:output_type -> slingshot.controller.v1.ListSlicesResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -1530,14 +1650,14 @@ func file_controller_proto_init() {
 	if File_controller_proto != nil {
 		return
 	}
-	file_controller_proto_msgTypes[6].OneofWrappers = []any{}
+	file_controller_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -86,6 +86,8 @@ type leaseSpec struct {
 	LeaseKey string      `json:"leaseKey"`
 	Owner    ownerFields `json:"owner"`
 	Created  string      `json:"created,omitempty"`
+	// HWCollJob is store.Lease.HWCollJob.
+	HWCollJob string `json:"hwcollJob,omitempty"`
 }
 
 type ownerFields struct {
@@ -228,7 +230,7 @@ func QuarantineName(vni uint16) string { return "vni-" + strconv.Itoa(int(vni)) 
 
 func (s *Store) leaseObject(l *store.Lease, name string, version uint64, rv string) *leaseObject {
 	o := &leaseObject{TypeMeta: typeMeta("VNILease"), ObjectMeta: objectMeta(name, s.opts.Namespace, version, rv),
-		Spec: leaseSpec{VNI: l.VNI, Scope: string(l.Scope), LeaseKey: l.Key, Created: fmtTime(l.Created),
+		Spec: leaseSpec{VNI: l.VNI, Scope: string(l.Scope), LeaseKey: l.Key, Created: fmtTime(l.Created), HWCollJob: l.HWCollJob,
 			Owner: ownerFields{APIVersion: l.Owner.APIVersion, Kind: l.Owner.Kind, Namespace: l.Owner.Namespace, Name: l.Owner.Name, UID: l.Owner.UID}},
 		Status: leaseStatus{Nodes: l.Nodes, NodeCount: len(l.Nodes), OwnerGone: l.OwnerGone}}
 	return o
@@ -246,7 +248,7 @@ func decodeLease(o *leaseObject) (store.Lease, error) {
 	l := store.Lease{Key: o.Spec.LeaseKey, VNI: o.Spec.VNI, Scope: store.Scope(o.Spec.Scope),
 		Owner: store.Owner{APIVersion: o.Spec.Owner.APIVersion, Kind: o.Spec.Owner.Kind, Namespace: o.Spec.Owner.Namespace,
 			Name: o.Spec.Owner.Name, UID: o.Spec.Owner.UID},
-		Nodes: o.Status.Nodes, OwnerGone: o.Status.OwnerGone, Created: created, Version: v}
+		Nodes: o.Status.Nodes, OwnerGone: o.Status.OwnerGone, Created: created, HWCollJob: o.Spec.HWCollJob, Version: v}
 	if len(l.Nodes) == 0 {
 		l.Nodes = nil
 	}

@@ -25,7 +25,7 @@ func testStore(t testing.TB) *Store {
 func TestObjectRoundTrip(t *testing.T) {
 	s := testStore(t)
 	at := time.UnixMilli(1_700_000_000_123)
-	l := store.Lease{Key: "job/ns/u1", VNI: 1500, Scope: store.ScopeJob, Nodes: []string{"n1", "n2"}, OwnerGone: true, Created: at, Version: 7,
+	l := store.Lease{Key: "job/ns/u1", VNI: 1500, Scope: store.ScopeJob, Nodes: []string{"n1", "n2"}, OwnerGone: true, Created: at, HWCollJob: "k8s-u1", Version: 7,
 		Owner: store.Owner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns", Name: "train", UID: "u1"}}
 	lo := s.leaseObject(&l, LeaseName(l.Key), 7, "")
 	var lback leaseObject

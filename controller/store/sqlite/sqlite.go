@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaVersion is the schema this package writes.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrSchemaTooNew is returned by Open for a database of a newer schema.
 var ErrSchemaTooNew = errors.New("database schema newer than this binary")
@@ -57,6 +57,8 @@ var migrations = []string{
 	);`,
 	// v2: whether the node allocates from the slice without further report.
 	`ALTER TABLE node_slices ADD COLUMN open INTEGER NOT NULL DEFAULT 0;`,
+	// v3: the job object of the lease's hardware-collectives reservation.
+	`ALTER TABLE vni_leases ADD COLUMN hwcoll_job TEXT NOT NULL DEFAULT '';`,
 }
 
 // Store is a sqlite-backed [store.Store]. It is safe for concurrent use.
@@ -145,7 +147,7 @@ var tables = map[string]struct {
 	cols     []string
 }{
 	"vni_leases": {"key = ?", []string{"key", "vni", "scope", "owner_api_version", "owner_kind", "owner_namespace",
-		"owner_name", "owner_uid", "nodes", "owner_gone", "created_ms"}},
+		"owner_name", "owner_uid", "nodes", "owner_gone", "created_ms", "hwcoll_job"}},
 	"vni_quarantine": {"vni = ?", []string{"vni", "released_ms"}},
 	"node_slices":    {"pool = ? AND idx = ?", []string{"pool", "idx", "node", "expires_ms", "allocated", "reported_ms", "open"}},
 	"meta":           {"key = ?", []string{"key", "value"}},
@@ -228,12 +230,12 @@ func (s *Store) Load(ctx context.Context) (*store.State, error) {
 		return nil, fmt.Errorf("load meta: %w", err)
 	}
 	if err := query(ctx, tx, `SELECT key, vni, scope, owner_api_version, owner_kind, owner_namespace,
-		owner_name, owner_uid, nodes, owner_gone, created_ms, version FROM vni_leases ORDER BY key`, func(r *sql.Rows) error {
+		owner_name, owner_uid, nodes, owner_gone, created_ms, hwcoll_job, version FROM vni_leases ORDER BY key`, func(r *sql.Rows) error {
 		var l store.Lease
 		var nodes string
 		var created int64
 		if err := r.Scan(&l.Key, &l.VNI, &l.Scope, &l.Owner.APIVersion, &l.Owner.Kind, &l.Owner.Namespace,
-			&l.Owner.Name, &l.Owner.UID, &nodes, &l.OwnerGone, &created, &l.Version); err != nil {
+			&l.Owner.Name, &l.Owner.UID, &nodes, &l.OwnerGone, &created, &l.HWCollJob, &l.Version); err != nil {
 			return err
 		}
 		if nodes != "" {
@@ -355,7 +357,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, op store.Op) error {
 	case *store.Lease:
 		return s.write(ctx, tx, op, "vni_leases", []any{r.Key},
 			[]any{r.Key, r.VNI, string(r.Scope), r.Owner.APIVersion, r.Owner.Kind, r.Owner.Namespace, r.Owner.Name,
-				r.Owner.UID, strings.Join(r.Nodes, ","), r.OwnerGone, ms(r.Created)})
+				r.Owner.UID, strings.Join(r.Nodes, ","), r.OwnerGone, ms(r.Created), r.HWCollJob})
 	case *store.Quarantine:
 		return s.write(ctx, tx, op, "vni_quarantine", []any{r.VNI}, []any{r.VNI, ms(r.Released)})
 	case *store.Slice:

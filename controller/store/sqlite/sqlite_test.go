@@ -151,3 +151,41 @@ func TestMigratesV1Slices(t *testing.T) {
 		t.Fatalf("after reporting open: %+v %v", st.Slices, err)
 	}
 }
+
+// A database of schema v2 (before leases had HWCollJob) migrates in
+// place: its leases load with no hardware-collectives reservation.
+func TestMigratesV2Leases(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.db")
+	db, err := sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{migrations[0], migrations[1], "PRAGMA user_version = 2",
+		`INSERT INTO vni_leases (key, vni, scope, owner_api_version, owner_kind, owner_namespace, owner_name, owner_uid, nodes, owner_gone, created_ms, version)
+		 VALUES ('job/ns/u1', 1500, 'job', 'batch/v1', 'Job', 'ns', 'train', 'u1', 'n1', 0, 1000, 3)`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Leases) != 1 || st.Leases[0].HWCollJob != "" || st.Leases[0].Version != 3 {
+		t.Fatalf("v2 lease after migration: %+v", st.Leases)
+	}
+	l := st.Leases[0]
+	l.HWCollJob = "k8s-u1"
+	if err := s.Commit(t.Context(), []store.Op{store.Put(&l, l.Version)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = s.Load(t.Context()); err != nil || st.Leases[0].HWCollJob != "k8s-u1" {
+		t.Fatalf("after writing HWCollJob: %+v, %v", st, err)
+	}
+}

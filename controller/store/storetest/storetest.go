@@ -27,7 +27,7 @@ func sample() (store.Lease, store.Quarantine, store.Slice, store.Meta) {
 	return store.Lease{
 			Key: "job/ns1/u1", VNI: 1500, Scope: store.ScopeJob,
 			Owner: store.Owner{APIVersion: "batch/v1", Kind: "Job", Namespace: "ns1", Name: "train", UID: "u1"},
-			Nodes: []string{"n1", "n2"}, Created: ts(100),
+			Nodes: []string{"n1", "n2"}, Created: ts(100), HWCollJob: "k8s-u1",
 		}, store.Quarantine{VNI: 1499, Released: ts(90)},
 		store.Slice{Pool: "pod-vni", Index: 3, Node: "n1", Expires: ts(200), Allocated: 2, Reported: ts(150), Open: true},
 		store.Meta{Key: "config", Value: `{"range":"1024-65535"}`}
