@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -46,10 +45,12 @@ func TestBindFailingOnSecondNIC(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	why := waitWarning(t, ctx, ns, "names cxi1 and the driver's error", func(msg string) bool {
-		return strings.Contains(msg, "cxi1") && strings.Contains(msg, syscall.ENOSPC.Error())
-	})
-	t.Logf("event: %s", why)
+	// The agent's own event on the pod names the NIC and the driver's
+	// error, and says what to do.
+	why := waitEvent(t, ctx, ns, "Pod", "", "CXIBindRefused")
+	if !strings.Contains(why, "cxi1") || !strings.Contains(why, syscall.ENOSPC.Error()) || !strings.Contains(why, "What to do") {
+		t.Errorf("event %q: want cxi1, %q and what to do", why, syscall.ENOSPC.Error())
+	}
 
 	pods, err := env.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 1 {
@@ -85,30 +86,6 @@ func TestBindFailingOnSecondNIC(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkIsolated(t, viewPod(t, running[0], rep), 2)
-}
-
-// waitWarning waits for a warning event on a pod in ns whose message
-// match accepts and returns it as "Reason: message".
-func waitWarning(t *testing.T, ctx context.Context, ns, what string, match func(string) bool) string {
-	t.Helper()
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && match(ev.Message) {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no warning event on the pod %s: %v\n%s", what, err, env.Describe(ctx))
-	}
-	return why
 }
 
 // sandboxNetns is the network namespace inode of the pod's sandbox, as

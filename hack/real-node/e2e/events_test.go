@@ -21,32 +21,15 @@ import (
 // lists it.
 const (
 	cleanupTaintKey = "cxi.slingshot.hpe.com/cleanup-stuck"
-	reportingAgent  = "slingshot.hpe.com/slingshot-agent"
 )
 
-// waitEvent waits for an event of reason in ns on an object of kind (and
-// name, when not "") and returns its message.
+// waitEvent waits for the agent's event of reason in ns on an object of
+// kind (and name, when not "") and returns its message.
 func waitEvent(t *testing.T, ctx context.Context, ns, kind, name, reason string) string {
 	t.Helper()
-	var msg string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.Reason == reason && ev.Regarding.Kind == kind && (name == "" || ev.Regarding.Name == name) {
-				if ev.ReportingController != reportingAgent {
-					return false, fmt.Errorf("event %s reported by %q, want %q", reason, ev.ReportingController, reportingAgent)
-				}
-				msg = ev.Note
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	msg, err := env.WaitAgentEvent(ctx, ns, kind, name, reason)
 	if err != nil {
-		t.Fatalf("no %s event on %s %s/%s: %v\n%s", reason, kind, ns, name, err, env.Describe(ctx))
+		t.Fatalf("%v\n%s", err, env.Describe(ctx))
 	}
 	t.Logf("event %s on %s %s: %s", reason, kind, name, msg)
 	return msg

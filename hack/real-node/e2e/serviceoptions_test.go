@@ -115,10 +115,12 @@ func TestServiceOptions(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(other).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	why := waitWarning(t, ctx, other, "saying BULK_DATA was refused", func(m string) bool { return strings.Contains(m, "BULK_DATA is not allowed") })
-	t.Logf("refused: %s", why)
-	if !strings.Contains(why, "trafficClasses[1]") {
-		t.Errorf("the refusal does not name the field trafficClasses[1]: %s", why)
+	// The agent's event on the pod names the field and the policy.
+	why := waitEvent(t, ctx, other, "Pod", "", "CXIBindRefused")
+	for _, want := range []string{"BULK_DATA is not allowed", "trafficClasses[1]", "jobOptions.trafficClasses"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the refusal %q does not say %q", why, want)
+		}
 	}
 }
 
@@ -139,10 +141,9 @@ func TestTLEPoolsFull(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	why := waitWarning(t, ctx, ns, "saying a TLE pod was refused", func(m string) bool { return strings.Contains(m, "no TLE pool left") })
-	t.Logf("refused: %s", why)
-	if !strings.Contains(why, "4 of the NIC's 4 are held") || !strings.Contains(why, "cxi") {
-		t.Errorf("the refusal does not name the NIC and its pools: %s", why)
+	why := waitEvent(t, ctx, ns, "Pod", "", "CXIBindRefused")
+	if !strings.Contains(why, "no TLE pool left") || !strings.Contains(why, "4 of the NIC's 4 are held") || !strings.Contains(why, "cxi") {
+		t.Errorf("the refusal %q does not name the NIC and its TLE pools", why)
 	}
 	rep, err := env.Inspect(ctx)
 	if err != nil {

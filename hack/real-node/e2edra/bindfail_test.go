@@ -25,8 +25,8 @@ import (
 // bind at the pod's sandbox fails on the second NIC: the simulated cxi1
 // refuses SVC_ENABLE with ENOSPC, as the real driver does when its RMU
 // VNI-list entries have run out, after cxi0's service already admits the
-// sandbox's namespace and is enabled. The sandbox is refused with an
-// event naming cxi1 and the error; no service of the claim admits any
+// sandbox's namespace and is enabled. The sandbox is refused with the
+// agent's event naming cxi1 and the error; no service of the claim admits any
 // namespace or is enabled (cxi0's goes back to unbound); and once cxi1
 // enables again the kubelet's retry binds the claim and the pod runs.
 func TestDRABindFailingOnSecondNIC(t *testing.T) {
@@ -50,9 +50,13 @@ func TestDRABindFailingOnSecondNIC(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPodWarning(t, ctx, ns, "", "naming cxi1 and the driver's error", func(msg string) bool {
-		return strings.Contains(msg, "cxi1") && strings.Contains(msg, syscall.ENOSPC.Error())
-	})
+	why, err := env.WaitAgentEvent(ctx, ns, "Pod", "", "CXIBindRefused")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, env.Describe(ctx))
+	}
+	if !strings.Contains(why, "cxi1") || !strings.Contains(why, syscall.ENOSPC.Error()) || !strings.Contains(why, "What to do") {
+		t.Errorf("event %q: want cxi1, %q and what to do", why, syscall.ENOSPC.Error())
+	}
 
 	claim := preparedClaim(t, ctx, ns)
 	if len(claim.Services) != 2 || !strings.HasPrefix(claim.Services[0], "cxi0:") || !strings.HasPrefix(claim.Services[1], "cxi1:") {

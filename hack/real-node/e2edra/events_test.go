@@ -91,22 +91,9 @@ func TestDRABindRefusedEvent(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var msg string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.Reason == "CXIBindRefused" && ev.Regarding.Kind == "Pod" && ev.ReportingController == "slingshot.hpe.com/slingshot-agent" {
-				msg = ev.Note
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	msg, err := env.WaitAgentEvent(ctx, ns, "Pod", "", "CXIBindRefused")
 	if err != nil {
-		t.Fatalf("no CXIBindRefused event on the hostNetwork pod: %v\n%s", err, env.Describe(ctx))
+		t.Fatalf("the hostNetwork pod: %v\n%s", err, env.Describe(ctx))
 	}
 	t.Logf("event: %s", msg)
 	if !containsAny(msg, refusalTexts) || !strings.Contains(msg, "What to do") {
