@@ -19,6 +19,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -146,7 +147,7 @@ type rig struct {
 	leaser *fakeLeaser
 	sims   map[string]*sim.Device
 	dir    string
-	events *capturedEvents
+	events *eventtest.Recorder
 }
 
 const (
@@ -159,7 +160,7 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	if leaser == nil {
 		leaser = &fakeLeaser{held: map[string]uint16{}}
 	}
-	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir, events: &capturedEvents{}}
+	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir, events: &eventtest.Recorder{}}
 	r.pods.set()
 	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res)
 	if err != nil {

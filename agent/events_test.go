@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/internal/netreq"
 )
@@ -31,7 +32,7 @@ func TestPreStartRefusalEvent(t *testing.T) {
 			r.leaser.failNext = tt.leaseErr
 			r.pods.set(pod("ns", "a", "uid-a", "main", dev0))
 			err := r.b.PreStart(t.Context(), res, []string{dev0})
-			got := r.events.of(event.BindRefused)
+			got := r.events.Of(event.BindRefused)
 			if tt.want == "" {
 				if err != nil || len(got) != 0 {
 					t.Fatalf("PreStart = %v, events %+v; want a bind and no event", err, got)
@@ -41,7 +42,7 @@ func TestPreStartRefusalEvent(t *testing.T) {
 			if err == nil || len(got) != 1 {
 				t.Fatalf("PreStart = %v, %d events; want a refusal told once", err, len(got))
 			}
-			if got[0].obj != event.Pod("ns", "a", "uid-a") || !strings.Contains(got[0].what, tt.want) || !strings.Contains(got[0].what, "Container main") {
+			if got[0].Obj != event.Pod("ns", "a", "uid-a") || !strings.Contains(got[0].What, tt.want) || !strings.Contains(got[0].What, "Container main") {
 				t.Errorf("event %+v, want one on pod ns/a naming the container and %q", got[0], tt.want)
 			}
 		})
@@ -88,8 +89,8 @@ func TestCleanupStuckAndReleaseEvents(t *testing.T) {
 	if len(r.b.pendingDestroys()) != 0 {
 		t.Fatal("a destroyed service still pending")
 	}
-	ev := r.events.of(event.LeaseReleaseFailed)
-	if len(ev) != 1 || ev[0].obj != event.Pod("ns", "a", "uid-a") || !strings.Contains(ev[0].what, "controller unreachable") {
+	ev := r.events.Of(event.LeaseReleaseFailed)
+	if len(ev) != 1 || ev[0].Obj != event.Pod("ns", "a", "uid-a") || !strings.Contains(ev[0].What, "controller unreachable") {
 		t.Fatalf("release events %+v, want one on pod ns/a with the cause", ev)
 	}
 	if !r.has("ns/a") {
@@ -110,19 +111,19 @@ func TestDefaultServiceEvents(t *testing.T) {
 	g := newDefaultServiceGuard(r.b, r.b.metrics, testLoggerDiscard(), false)
 	g.events, g.node = r.events, "n1"
 	g.check(t.Context())
-	if n := len(r.events.all); n != 0 {
+	if n := len(r.events.All()); n != 0 {
 		t.Fatalf("%d events while every default service is closed", n)
 	}
 	r.enableDefault(t, "cxi1", true)
 	g.check(t.Context())
 	g.check(t.Context())
-	open := r.events.of(event.DefaultServiceOpen)
-	if len(open) != 1 || open[0].obj != event.Node("n1") || !strings.Contains(open[0].what, "cxi1") {
+	open := r.events.Of(event.DefaultServiceOpen)
+	if len(open) != 1 || open[0].Obj != event.Node("n1") || !strings.Contains(open[0].What, "cxi1") {
 		t.Fatalf("open events %+v, want one on node n1 naming cxi1", open)
 	}
 	r.enableDefault(t, "cxi1", false)
 	g.check(t.Context())
-	if shut := r.events.of(event.DefaultServiceShut); len(shut) != 1 || !strings.Contains(shut[0].what, "cxi1") {
+	if shut := r.events.Of(event.DefaultServiceShut); len(shut) != 1 || !strings.Contains(shut[0].What, "cxi1") {
 		t.Fatalf("closed events %+v, want one naming cxi1", shut)
 	}
 }
@@ -140,15 +141,15 @@ func TestIPSliceLostEvent(t *testing.T) {
 	for i := range n.slices("hsn0") {
 		used = i
 	}
-	ev := &capturedEvents{}
+	ev := &eventtest.Recorder{}
 	holder := sliceHolder{a: n.alloc, events: ev, node: "node-a"}
 	holder.SlicesHeld(nil, []controllerclient.SliceReport{
 		{Pool: "hsn0", Index: used, Allocated: 1, Open: true},
 		{Pool: "hsn0", Index: (used + 1) % 4}, // not the node's
 	})
-	got := ev.of(event.IPSliceLost)
+	got := ev.Of(event.IPSliceLost)
 	want := fmt.Sprintf("slice %d of IP pool hsn0", used)
-	if len(got) != 1 || got[0].obj != event.Node("node-a") || !strings.Contains(got[0].what, want) || !strings.Contains(got[0].what, "1 addresses") {
+	if len(got) != 1 || got[0].Obj != event.Node("node-a") || !strings.Contains(got[0].What, want) || !strings.Contains(got[0].What, "1 addresses") {
 		t.Fatalf("events %+v, want one on node-a naming %q and its 1 address", got, want)
 	}
 }

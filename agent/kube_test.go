@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
 )
 
 func nodeWith(taints ...corev1.Taint) *corev1.Node {
@@ -187,18 +188,18 @@ func TestDrainWatch(t *testing.T) {
 	var pending []pendingDestroy
 	after := &atomic.Int64{}
 	after.Store(int64(5 * time.Minute))
-	newWatch := func(taint taintSetter, ev *capturedEvents) *drainWatch {
+	newWatch := func(taint taintSetter, ev *eventtest.Recorder) *drainWatch {
 		return &drainWatch{node: "n1", after: after, pending: func() []pendingDestroy { return pending },
 			taint: taint, events: ev, logger: testLoggerDiscard(), now: func() time.Time { return now }, stuckG: func(int) {}}
 	}
-	taint, ev := &fakeTaint{}, &capturedEvents{}
+	taint, ev := &fakeTaint{}, &eventtest.Recorder{}
 	w := newWatch(taint, ev)
 	pod := event.Pod("ns", "p", "u1")
 	exited := now
 	pending = []pendingDestroy{{owner: "pod ns/p", pods: []event.Object{pod}, services: []string{"cxi0:12"}, since: exited}}
 
 	w.pass(t.Context())
-	if taint.on.Load() || len(ev.of(event.CleanupStuck)) != 0 {
+	if taint.on.Load() || len(ev.Of(event.CleanupStuck)) != 0 {
 		t.Fatal("tainted, or the pod told, before drainAfter")
 	}
 	now = exited.Add(5 * time.Minute)
@@ -207,13 +208,13 @@ func TestDrainWatch(t *testing.T) {
 	if !taint.on.Load() {
 		t.Fatal("not tainted at drainAfter")
 	}
-	if n := len(ev.of(event.CleanupStuck)); n != 1 {
+	if n := len(ev.Of(event.CleanupStuck)); n != 1 {
 		t.Fatalf("the pod was told %d times, want once", n)
 	}
-	if n := len(ev.of(event.NodeCleanupStuck)); n != 1 {
+	if n := len(ev.Of(event.NodeCleanupStuck)); n != 1 {
 		t.Fatalf("%d node events of the taint, want 1", n)
 	}
-	if e := ev.of(event.CleanupStuck)[0]; e.obj != pod || !strings.Contains(e.what, "cxi0:12") {
+	if e := ev.Of(event.CleanupStuck)[0]; e.Obj != pod || !strings.Contains(e.What, "cxi0:12") {
 		t.Errorf("pod event %+v", e)
 	}
 
@@ -227,15 +228,15 @@ func TestDrainWatch(t *testing.T) {
 	}
 	taint.failed.Store(false)
 	w.pass(t.Context())
-	if taint.on.Load() || len(ev.of(event.NodeCleanupDone)) != 1 {
-		t.Fatalf("taint %v after the services went, %d done events", taint.on.Load(), len(ev.of(event.NodeCleanupDone)))
+	if taint.on.Load() || len(ev.Of(event.NodeCleanupDone)) != 1 {
+		t.Fatalf("taint %v after the services went, %d done events", taint.on.Load(), len(ev.Of(event.NodeCleanupDone)))
 	}
 
 	// A restart: the node carries the taint, and a claim's unprepare
 	// (undated) is still pending: the taint stays.
 	taint.on.Store(true)
 	pending = []pendingDestroy{{owner: "claim ns/c", services: []string{"cxi1:40"}}}
-	ev2 := &capturedEvents{}
+	ev2 := &eventtest.Recorder{}
 	w2 := newWatch(taint, ev2)
 	sets := taint.sets.Load()
 	w2.pass(t.Context())
@@ -244,17 +245,17 @@ func TestDrainWatch(t *testing.T) {
 	}
 	// A restart with nothing pending lifts it.
 	pending = nil
-	w3 := newWatch(taint, &capturedEvents{})
+	w3 := newWatch(taint, &eventtest.Recorder{})
 	w3.pass(t.Context())
 	if taint.on.Load() {
 		t.Fatal("a restart with nothing pending kept the taint")
 	}
 	// Without the API (--no-kube) nothing is tainted and nothing breaks.
 	pending = []pendingDestroy{{owner: "pod ns/q", pods: []event.Object{pod}, services: []string{"cxi0:13"}, since: now.Add(-time.Hour)}}
-	ev4 := &capturedEvents{}
+	ev4 := &eventtest.Recorder{}
 	w4 := newWatch(nil, ev4)
 	w4.pass(t.Context())
-	if len(ev4.of(event.CleanupStuck)) != 1 {
+	if len(ev4.Of(event.CleanupStuck)) != 1 {
 		t.Fatal("without a taint the pod is still told")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,63 +21,34 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/slingshot-k8s/slingshot/agent/event"
+	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
-
-type capturedEvent struct {
-	obj    event.Object
-	reason event.Reason
-	what   string
-}
-
-// capturedEvents records events for a test. Safe for concurrent use.
-type capturedEvents struct {
-	mu  sync.Mutex
-	all []capturedEvent
-}
-
-func (c *capturedEvents) Record(obj event.Object, reason event.Reason, what string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.all = append(c.all, capturedEvent{obj, reason, what})
-}
-
-func (c *capturedEvents) of(reason event.Reason) []capturedEvent {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []capturedEvent
-	for _, e := range c.all {
-		if e.reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
-}
 
 // TestNRIStateEvents: the node is told when the NRI connection is lost
 // (or never made), once for a runtime that stays away, and when it comes
 // back after a loss; a first connection is no news.
 func TestNRIStateEvents(t *testing.T) {
-	ev := &capturedEvents{}
+	ev := &eventtest.Recorder{}
 	s := NewNRIState("/run/nri/nri.sock", nil).WithEvents(ev, "node-a")
 	s.set(true, nil)
-	if len(ev.all) != 0 {
-		t.Fatalf("a first connection told: %+v", ev.all)
+	if len(ev.All()) != 0 {
+		t.Fatalf("a first connection told: %+v", ev.All())
 	}
 	s.set(false, errors.New("runtime restarted"))
 	s.set(false, errors.New("connection refused"))
 	s.set(false, errors.New("connection refused"))
-	down := ev.of(event.NRIDisconnected)
-	if len(down) != 1 || down[0].obj != event.Node("node-a") || !strings.Contains(down[0].what, "runtime restarted") {
+	down := ev.Of(event.NRIDisconnected)
+	if len(down) != 1 || down[0].Obj != event.Node("node-a") || !strings.Contains(down[0].What, "runtime restarted") {
 		t.Fatalf("disconnect events %+v, want one on the node with the cause", down)
 	}
 	s.set(true, nil)
 	s.set(true, nil)
-	if up := ev.of(event.NRIConnected); len(up) != 1 {
+	if up := ev.Of(event.NRIConnected); len(up) != 1 {
 		t.Fatalf("%d reconnect events, want 1", len(up))
 	}
 	s.set(false, errors.New("again"))
-	if n := len(ev.of(event.NRIDisconnected)); n != 2 {
+	if n := len(ev.Of(event.NRIDisconnected)); n != 2 {
 		t.Fatalf("%d disconnect events after a second loss, want 2", n)
 	}
 }
@@ -99,7 +69,7 @@ func nriSandbox(pod string, netns string) *api.PodSandbox {
 func TestRefusalEvents(t *testing.T) {
 	ctx := t.Context()
 	r := newRig(t)
-	ev := &capturedEvents{}
+	ev := &eventtest.Recorder{}
 	ready := atomic.Bool{}
 	r.cfg.Events = ev
 	r.cfg.BindReady = func() error {
@@ -116,8 +86,8 @@ func TestRefusalEvents(t *testing.T) {
 	if _, err := kp.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c}); err != nil {
 		t.Fatal(err)
 	}
-	got := ev.of(event.BindRefused)
-	if len(got) != 1 || got[0].obj != event.Pod("ns", "train-0", "uid-train-0") || !strings.Contains(got[0].what, "ns/claim-c1") || !strings.Contains(got[0].what, "NRI") {
+	got := ev.Of(event.BindRefused)
+	if len(got) != 1 || got[0].Obj != event.Pod("ns", "train-0", "uid-train-0") || !strings.Contains(got[0].What, "ns/claim-c1") || !strings.Contains(got[0].What, "NRI") {
 		t.Fatalf("prepare refusal events %+v, want one on ns/train-0 naming the claim and NRI", got)
 	}
 
@@ -134,21 +104,21 @@ func TestRefusalEvents(t *testing.T) {
 	if err := np.RunPodSandbox(ctx, nriSandbox("train-1", "/var/run/netns/4026531901")); err == nil {
 		t.Fatal("the second pod of a shared claim was bound")
 	}
-	shared := ev.of(event.SharedClaimRefused)
-	if len(shared) != 1 || shared[0].obj != event.Pod("ns", "train-1", "uid-train-1") || !strings.Contains(shared[0].what, "ResourceClaimTemplate") {
+	shared := ev.Of(event.SharedClaimRefused)
+	if len(shared) != 1 || shared[0].Obj != event.Pod("ns", "train-1", "uid-train-1") || !strings.Contains(shared[0].What, "ResourceClaimTemplate") {
 		t.Fatalf("shared claim events %+v, want one on ns/train-1 with the fix", shared)
 	}
 	rec, _ := r.m.store.get("c1")
 	if _, _, err := np.CreateContainer(ctx, nriSandbox("train-1", "/var/run/netns/4026531901"), &api.Container{Name: "main", Env: r.m.env(rec)}); err == nil {
 		t.Fatal("a container of the second pod was admitted")
 	}
-	if n := len(ev.of(event.SharedClaimRefused)); n != 2 {
+	if n := len(ev.Of(event.SharedClaimRefused)); n != 2 {
 		t.Fatalf("%d shared claim events after the container, want 2", n)
 	}
 	if _, _, err := np.CreateContainer(ctx, nriSandbox("hostnet", ""), &api.Container{Name: "main", Env: r.m.env(rec)}); err == nil {
 		t.Fatal("a hostNetwork container was admitted")
 	}
-	if hn := ev.of(event.BindRefused); len(hn) != 2 || hn[1].obj != event.Pod("ns", "hostnet", "uid-hostnet") {
+	if hn := ev.Of(event.BindRefused); len(hn) != 2 || hn[1].Obj != event.Pod("ns", "hostnet", "uid-hostnet") {
 		t.Fatalf("bind refusals %+v, want the hostNetwork pod's", hn)
 	}
 
@@ -157,8 +127,8 @@ func TestRefusalEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := r.m.Synchronize(ctx, []Sandbox{{UID: "uid-late-0", Namespace: "ns", Name: "late-0", NetnsPath: "/var/run/netns/gone"}})
-	late := ev.of(event.LateBindFailed)
-	if rep.Failed != 1 || len(late) != 1 || late[0].obj != event.Pod("ns", "late-0", "uid-late-0") || !strings.Contains(late[0].what, "ns/claim-c2") {
+	late := ev.Of(event.LateBindFailed)
+	if rep.Failed != 1 || len(late) != 1 || late[0].Obj != event.Pod("ns", "late-0", "uid-late-0") || !strings.Contains(late[0].What, "ns/claim-c2") {
 		t.Fatalf("synchronize %+v, late bind events %+v; want one on ns/late-0 naming the claim", rep, late)
 	}
 }
