@@ -31,7 +31,30 @@ import (
 func TestMultiJobSharesVNI(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
 	ns := newNamespace(t, "shared")
-	a := jobVNIAcross(t, runSpread(t, ns, spread(cluster.Job("a", 2, 1))))
+	starts, err := env.WatchStarts(t.Context(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer starts.Close()
+	podsA := runSpread(t, ns, spread(cluster.Job("a", 2, 1)))
+	a := jobVNIAcross(t, podsA)
+	// The figure issue 25 asks of the two nodes (a goal, so quoted, not
+	// asserted): how far apart the Job's pods started, as this test's
+	// watch saw their containers running.
+	var first, last time.Time
+	for _, p := range podsA {
+		_, at, err := starts.Wait(t.Context(), p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	t.Logf("job a: its pods on %d nodes started within %v of each other", len(podsA), last.Sub(first).Round(time.Millisecond))
 	b := jobVNIAcross(t, runSpread(t, ns, spread(cluster.Job("b", 2, 1))))
 	if a == b {
 		t.Errorf("Jobs a and b share VNI %d", a)
