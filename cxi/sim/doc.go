@@ -48,6 +48,13 @@
 // for inode 0xffffffff; SVC_GET_NETNS gives EINVAL when there is none and
 // otherwise the lowest inode.
 //
+// A test may make a NIC refuse a command on purpose ([Device.InjectFault]):
+// with an errno the real driver gives for that command, changing nothing,
+// for every process that uses the NIC, a number of times or until cleared.
+// It stands in for conditions the simulation cannot bring about between
+// two of a client's commands, such as another user taking the last RMU
+// entry between a prepare and a bind.
+//
 // Commands the simulation does not model (LNI allocation, SVC_UPDATE,
 // exclusive CP, LPR, resource-use queries, everything outside services)
 // fail with EOPNOTSUPP.
