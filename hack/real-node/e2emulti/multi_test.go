@@ -349,14 +349,42 @@ func TestMultiNodeDeleted(t *testing.T) {
 	if _, err := env.WaitPodsGone(ctx, ns, "e2e-job=own"); err != nil {
 		t.Fatal(err)
 	}
+	// The pod's VNI goes back to the node's pool once the agent's cleanup
+	// is done, and the controller learns it from the node's next
+	// heartbeat. A report read before that heartbeat may predate the
+	// cleanup, and a node stopped before it would keep a slice it no
+	// longer uses (a deleted node's slice with ids last reported
+	// allocated is kept): so wait for the cleanup, then for a renewal
+	// after it (a later expiry) reporting nothing allocated.
+	waitFor(t, 2*time.Minute, n2.Node.Name+"'s agent done with the pod", func() (bool, string) {
+		rep, err := n2.Inspect(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range rep.Pods {
+			if p.Namespace == ns {
+				return false, fmt.Sprintf("pod %s %s", p.Name, p.State)
+			}
+		}
+		return true, "no pod of " + ns
+	})
+	renewedAfter := int64(-1)
+	if resp, err := env.Slices(ctx, podVNIPool, n2.Node.Name); err == nil {
+		for _, s := range resp.Slices {
+			renewedAfter = max(renewedAfter, s.ExpiresUnixMs)
+		}
+	}
 	var open []uint32
-	waitFor(t, 2*time.Minute, n2.Node.Name+"'s pod VNI slices reported empty", func() (bool, string) {
+	waitFor(t, 2*time.Minute, n2.Node.Name+"'s pod VNI slices reported empty after the cleanup", func() (bool, string) {
 		resp, err := env.Slices(ctx, podVNIPool, n2.Node.Name)
 		if err != nil {
 			return false, err.Error()
 		}
 		open = open[:0]
 		for _, s := range resp.Slices {
+			if s.ExpiresUnixMs <= renewedAfter {
+				return false, fmt.Sprintf("slice %d: not renewed since the cleanup", s.Index)
+			}
 			if s.Allocated != 0 {
 				return false, fmt.Sprintf("slice %d: %d allocated", s.Index, s.Allocated)
 			}
