@@ -148,11 +148,24 @@ type ClaimConfig struct {
 	// VNI is "job", "pod", "none" or "claim:NAME".
 	VNI       string `json:"vni,omitempty"`
 	EnvSuffix string `json:"envSuffix,omitempty"`
+	// ServiceOptions is the per-job request, in the grammar of the pod
+	// annotation slingshot.hpe.com/service-options.
+	ServiceOptions json.RawMessage `json:"serviceOptions,omitempty"`
 }
 
 // NICClaimTemplate is a ResourceClaimTemplate of nics NICs of
 // NICDeviceClass, with the opaque configuration vni ("" for none).
 func NICClaimTemplate(name string, nics int, vni string) *resourcev1.ResourceClaimTemplate {
+	if vni == "" {
+		return NICClaimTemplateWith(name, nics, nil)
+	}
+	return NICClaimTemplateWith(name, nics, &ClaimConfig{VNI: vni})
+}
+
+// NICClaimTemplateWith is a ResourceClaimTemplate of nics NICs of
+// NICDeviceClass, with the opaque configuration cfg (its APIVersion and
+// Kind filled in), none when nil.
+func NICClaimTemplateWith(name string, nics int, cfg *ClaimConfig) *resourcev1.ResourceClaimTemplate {
 	t := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
@@ -161,8 +174,10 @@ func NICClaimTemplate(name string, nics int, vni string) *resourcev1.ResourceCla
 			}}},
 		}}},
 	}
-	if vni != "" {
-		raw, _ := json.Marshal(ClaimConfig{APIVersion: ClaimConfigAPIVersion, Kind: ClaimConfigKind, VNI: vni})
+	if cfg != nil {
+		c := *cfg
+		c.APIVersion, c.Kind = ClaimConfigAPIVersion, ClaimConfigKind
+		raw, _ := json.Marshal(c)
 		t.Spec.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
 			Requests:            []string{"nic"},
 			DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: DRADriver, Parameters: runtime.RawExtension{Raw: raw}}},

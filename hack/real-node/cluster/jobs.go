@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,23 +17,54 @@ import (
 
 // NewNamespace makes a namespace with a generated name for one test.
 func (e *Env) NewNamespace(ctx context.Context, prefix string) (string, error) {
-	ns, err := e.Node.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
-	}, metav1.CreateOptions{})
+	return e.createNamespace(ctx, metav1.ObjectMeta{GenerateName: prefix + "-"})
+}
+
+// NamedNamespace makes the namespace name, for a test whose configuration
+// names it (a policy by namespace); DeleteNamespaceWait lets the next test
+// make it again.
+func (e *Env) NamedNamespace(ctx context.Context, name string) error {
+	_, err := e.createNamespace(ctx, metav1.ObjectMeta{Name: name})
+	return err
+}
+
+// createNamespace makes the namespace and waits for its ServiceAccount,
+// which the controller-manager makes.
+func (e *Env) createNamespace(ctx context.Context, meta metav1.ObjectMeta) (string, error) {
+	ns, err := e.Node.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: meta}, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
 	}
-	// The namespace's ServiceAccount comes from the controller-manager.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := e.Node.Client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
-	return ns.Name, err
+	if err != nil {
+		return ns.Name, fmt.Errorf("namespace %s: no default ServiceAccount: %w", ns.Name, err)
+	}
+	return ns.Name, nil
 }
 
 // DeleteNamespace deletes a test's namespace, not waiting for it to go.
 func (e *Env) DeleteNamespace(ctx context.Context, ns string) error {
 	return e.Node.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// DeleteNamespaceWait deletes a test's namespace and waits until it is
+// gone.
+func (e *Env) DeleteNamespaceWait(ctx context.Context, ns string) error {
+	c := e.Node.Client.CoreV1().Namespaces()
+	if err := c.Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s still there: %w", ns, err)
+	}
+	return nil
 }
 
 // Job is a Job of pods that run the workload image, each asking for

@@ -37,7 +37,10 @@ func TestMain(m *testing.M) {
 	os.Exit(cluster.TestMain(m.Run, func(root string) cluster.Options {
 		// A short grace, so that TestDRAKubeletLostClaimState sees the
 		// agent collect a claim the kubelet forgot within the test.
-		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()}}
+		// BULK_DATA and the storage VNI for one namespace
+		// (TestDRAServiceOptions).
+		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
+			Values: map[string]any{"agent": map[string]any{"config": map[string]any{"jobOptions": jobOptionsValues()}}}}
 	}, func(e *cluster.Env) { env = e }))
 }
 

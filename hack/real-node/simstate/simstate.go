@@ -34,6 +34,12 @@ type Service struct {
 	UIDs  []uint32 `json:"uids,omitempty"`
 	GIDs  []uint32 `json:"gids,omitempty"`
 	NetNS []uint32 `json:"netns,omitempty"`
+	// TCs are its traffic classes in SLINGSHOT_TCS form ("0x6"), "" when
+	// it restricts none.
+	TCs string `json:"tcs,omitempty"`
+	// Reserved is what it reserves, by resource ("LEs"), from its
+	// descriptor's limits; nil without resource limits.
+	Reserved map[string]int `json:"reserved,omitempty"`
 }
 
 // OnlyNetns reports whether the service admits exactly the network
@@ -83,6 +89,23 @@ func Read(dir, nic string) ([]Service, error) {
 		s := Service{
 			NIC: nic, ID: d.SvcID, Enabled: d.Enable, System: d.IsSystemSvc, VNIs: d.ValidVNIs(),
 			Open: r.ACL.Open, UIDs: r.ACL.UIDs, GIDs: r.ACL.GIDs, NetNS: r.ACL.NetNS,
+		}
+		if d.RestrictedTCs {
+			var mask uint8
+			for tc, on := range d.TCs {
+				if on {
+					mask |= 1 << tc
+				}
+			}
+			s.TCs = fmt.Sprintf("0x%x", mask)
+		}
+		if d.ResourceLimits {
+			s.Reserved = map[string]int{}
+			for t, l := range d.Limits {
+				if l.Res > 0 {
+					s.Reserved[uapi.RsrcType(t).String()] = int(l.Res)
+				}
+			}
 		}
 		if r.Range != nil {
 			s.VNIMin, s.VNIMax = r.Range.Match&^r.Range.Ignore, r.Range.Match|r.Range.Ignore
