@@ -49,6 +49,7 @@ func TestDRAServiceOptions(t *testing.T) {
 	ns := fixedNamespace(t, hpcNamespace)
 	createOptionsTemplate(t, ns)
 	job := cluster.ClaimJob("opts", 1, "nic")
+	env.WithServiceCheck(&job.Spec.Template.Spec)
 	pods, err := env.RunJob(ctx, ns, job)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, env.Describe(ctx))
