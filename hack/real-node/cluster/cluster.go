@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -81,6 +82,9 @@ type Options struct {
 	Values map[string]any
 	// AgentArgs are added to the agent's command line (agent.extraArgs).
 	AgentArgs []string
+	// Secrets are made in Namespace before the chart is installed: those
+	// the values name (controller.hwcoll.oauthSecret).
+	Secrets []*corev1.Secret
 	Logf      func(format string, args ...any)
 }
 
@@ -179,6 +183,9 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		}
 	}
 	o.logf("cluster: images imported in %s", time.Since(start).Round(time.Millisecond))
+	if err := e.createSecrets(ctx); err != nil {
+		return e, err
+	}
 	start = time.Now()
 	e.Release = &install.Release{
 		Kubeconfig: e.Node.Kubeconfig, ChartDir: chartDir,
@@ -392,6 +399,25 @@ func (e *Env) importImages(ctx context.Context, bin string) error {
 		}
 		if err := e.Node.Ctr(ctx, "images", "import", tarball); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// createSecrets makes the release's namespace and Options.Secrets in it;
+// Helm's install takes the namespace as it finds it.
+func (e *Env) createSecrets(ctx context.Context) error {
+	if len(e.opts.Secrets) == 0 {
+		return nil
+	}
+	c := e.Node.Client.CoreV1()
+	_, err := c.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", Namespace, err)
+	}
+	for _, sec := range e.opts.Secrets {
+		if _, err := c.Secrets(Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("secret %s/%s: %w", Namespace, sec.Name, err)
 		}
 	}
 	return nil

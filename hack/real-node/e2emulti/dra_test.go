@@ -13,8 +13,10 @@ import (
 // with vni: job. Each claim is allocated from its pod's node's
 // ResourceSlice pool; the pods share one VNI, carried by a service on each
 // node that the agent's NRI plugin bound to that node's pod alone, and in
-// both containers' SLINGSHOT_VNIS; both nodes hold its lease. A second Job
-// from the same template gets another VNI.
+// both containers' SLINGSHOT_VNIS; both nodes hold its lease; the Job has
+// one reservation of hardware collectives, its variables in both
+// containers (through the claims' CDI specs). A second Job from the same
+// template gets another VNI.
 func TestMultiDRAClaimTemplate(t *testing.T) {
 	needAPI(t, cluster.APIDRA)
 	ctx := t.Context()
@@ -24,6 +26,7 @@ func TestMultiDRAClaimTemplate(t *testing.T) {
 	}
 	var vnis []uint16
 	for _, job := range []string{"a", "b"} {
+		made := fm.Created()
 		pods := runSpread(t, ns, spread(cluster.ClaimJob(job, 2, "nic")))
 		for name, p := range pods {
 			claims, err := env.PodClaims(ctx, &p)
@@ -39,6 +42,7 @@ func TestMultiDRAClaimTemplate(t *testing.T) {
 			}
 		}
 		vnis = append(vnis, jobVNIAcross(t, pods))
+		checkCollectives(t, ns, job, pods, made)
 	}
 	if vnis[0] == vnis[1] {
 		t.Errorf("Jobs a and b share VNI %d", vnis[0])

@@ -111,10 +111,11 @@ func runSpread(t *testing.T, ns string, j *batchv1.Job) map[string]corev1.Pod {
 // admit the pod's network namespace.
 type podView struct {
 	Key, Node string
-	Netns     uint32 // the pod's network namespace inode
-	EnvVNIs   string // SLINGSHOT_VNIS in the app's environment (CDI)
-	FileVNIs  string // SLINGSHOT_VNIS in the env file ("" with DRA)
-	VNI       uint16 // the first of EnvVNIs: the job's (or the pod's own) VNI
+	Netns     uint32            // the pod's network namespace inode
+	EnvVNIs   string            // SLINGSHOT_VNIS in the app's environment (CDI)
+	FileVNIs  string            // SLINGSHOT_VNIS in the env file ("" with DRA)
+	VNI       uint16            // the first of EnvVNIs: the job's (or the pod's own) VNI
+	Env       map[string]string // the app's whole environment
 	Services  []simstate.Service
 }
 
@@ -144,6 +145,7 @@ func viewPod(t *testing.T, p corev1.Pod) podView {
 	if app == nil {
 		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
 	}
+	v.Env = app.Env
 	v.EnvVNIs = app.Env["SLINGSHOT_VNIS"]
 	if *apiFlag == cluster.APIDevicePlugin {
 		file, err := cluster.EnvFile(app.Pid, envFile)

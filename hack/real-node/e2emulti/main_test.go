@@ -1,7 +1,8 @@
 // Package e2emulti tests jobs across real nodes: one control plane and two
 // nodes, each its own kubelet and containerd (with NRI) in namespaces of
 // its own, with its own mock machine, simulated driver and agent, and one
-// controller (package cluster, Options.Nodes). The cluster is set up once
+// controller (package cluster, Options.Nodes), with hardware collectives
+// on against a fake fabric manager this process serves (hwcoll_test.go). The cluster is set up once
 // for the package, in the mode -node-api names: "deviceplugin" (the
 // default) runs every test but the DRA one; "dra" runs only
 // TestMultiDRAClaimTemplate.
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
+	"github.com/slingshot-k8s/slingshot/hack/real-node/node"
 )
 
 var (
@@ -42,8 +44,15 @@ const (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(cluster.TestMain(m.Run, func(root string) cluster.Options {
-		return cluster.Options{
+	run := func() int {
+		code := m.Run()
+		if fm != nil {
+			fm.Close()
+		}
+		return code
+	}
+	os.Exit(cluster.TestMain(run, func(root string) cluster.Options {
+		o := cluster.Options{
 			Root: root, API: *apiFlag, Nodes: nodes, NICs: 2, Logf: logf,
 			// Heartbeats often, so that a node's report of its slices'
 			// use reaches the controller soon (TestMultiNodeDeleted).
@@ -54,6 +63,17 @@ func TestMain(m *testing.M) {
 				"extraArgs":  []any{"--sweep-interval=" + sweepInterval.String()},
 			}},
 		}
+		if _, inside := node.Inside(); inside {
+			// The fake fabric manager, on this process's network: every
+			// Job's lease reserves hardware collectives at it.
+			var err error
+			if fm, err = startFabricManager(); err != nil {
+				fmt.Fprintln(os.Stderr, "fake fabric manager:", err)
+				os.Exit(1)
+			}
+			fm.configure(&o)
+		}
+		return o
 	}, func(e *cluster.Env) { env = e }))
 }
 
