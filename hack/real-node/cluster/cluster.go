@@ -85,7 +85,7 @@ type Options struct {
 	// Secrets are made in Namespace before the chart is installed: those
 	// the values name (controller.hwcoll.oauthSecret).
 	Secrets []*corev1.Secret
-	Logf      func(format string, args ...any)
+	Logf    func(format string, args ...any)
 }
 
 // Env is the running node with the project installed. With several nodes

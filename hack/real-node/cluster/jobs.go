@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -48,6 +49,38 @@ func (e *Env) createNamespace(ctx context.Context, meta metav1.ObjectMeta) (stri
 // DeleteNamespace deletes a test's namespace, not waiting for it to go.
 func (e *Env) DeleteNamespace(ctx context.Context, ns string) error {
 	return e.Node.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// UseNamespace makes the namespace name for the test tb and deletes it at
+// its end, waiting until it is gone so that the next test can make it
+// again: for tests whose configuration names a namespace (JobOptions).
+func (e *Env) UseNamespace(tb testing.TB, name string) string {
+	tb.Helper()
+	if err := e.NamedNamespace(tb.Context(), name); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := e.DeleteNamespaceWait(ctx, name); err != nil {
+			tb.Error(err)
+		}
+	})
+	return name
+}
+
+// StorageVNI is the named VNI "storage" of JobOptions: outside the
+// controller's VNI range (the chart's 1024-65535) and not the default
+// service's 1 or 10.
+const StorageVNI = 900
+
+// JobOptions are agent.config.jobOptions values that grant the namespace
+// ns BULK_DATA and the storage VNI, everyone else the defaults.
+func JobOptions(ns string) map[string]any {
+	return map[string]any{
+		"trafficClasses": map[string]any{"namespaces": map[string]any{ns: []any{"BULK_DATA"}}},
+		"extraVNIs":      []any{map[string]any{"name": "storage", "vni": StorageVNI, "namespaces": []any{ns}}},
+	}
 }
 
 // DeleteNamespaceWait deletes a test's namespace and waits until it is

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 			// options get the defaults.
 			Values: map[string]any{"agent": map[string]any{"config": map[string]any{
 				"cleanup":    map[string]any{"drainAfter": "10s", "retryStuckEvery": "2s"},
-				"jobOptions": jobOptionsValues(),
+				"jobOptions": cluster.JobOptions(hpcNamespace),
 			}}},
 			Logf: logf,
 		}

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,23 +17,9 @@ import (
 )
 
 // hpcNamespace is the namespace the node's jobOptions grant BULK_DATA
-// (TestMain's values): a fixed name, since the policy names namespaces.
+// and the storage VNI (cluster.JobOptions, TestMain's values): a fixed
+// name, since the policy names namespaces.
 const hpcNamespace = "e2e-hpc"
-
-// storageVNI is the named VNI hpcNamespace may join (TestStorageVNI):
-// outside the controller's VNI range (the chart's 1024-65535) and not the
-// default service's 1 or 10.
-const storageVNI = 900
-
-// jobOptionsValues is the agent configuration TestMain installs: BULK_DATA
-// and the storage VNI for hpcNamespace alone, the other bounds the
-// defaults.
-func jobOptionsValues() map[string]any {
-	return map[string]any{
-		"trafficClasses": map[string]any{"namespaces": map[string]any{hpcNamespace: []any{"BULK_DATA"}}},
-		"extraVNIs":      []any{map[string]any{"name": "storage", "vni": storageVNI, "namespaces": []any{hpcNamespace}}},
-	}
-}
 
 // withOptions is job with the service-options annotation on its pods.
 func withOptions(job *batchv1.Job, options string) {
@@ -45,37 +29,17 @@ func withOptions(job *batchv1.Job, options string) {
 	job.Spec.Template.Annotations[jobreq.Annotation] = options
 }
 
-// fixedNamespace makes the namespace name for one test and deletes it at
-// the end, waiting for it to go so that the next test can make it again.
-func fixedNamespace(t *testing.T, name string) string {
+// runWithOptions runs a Job of one pod holding nics NICs, with the
+// service options, in hpcNamespace, and returns the pod's view, checked
+// isolated.
+func runWithOptions(t *testing.T, name string, nics int, options string) podView {
 	t.Helper()
-	if err := env.NamedNamespace(t.Context(), name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := env.DeleteNamespaceWait(ctx, name); err != nil {
-			t.Error(err)
-		}
-	})
-	return name
-}
-
-// TestServiceOptions: a Job asking for LOW_LATENCY and BULK_DATA, depth 8,
-// in the namespace granted BULK_DATA gets services with those classes,
-// SLINGSHOT_TCS to match and 8 times Slurm's per-rank reservation; the
-// same Job in another namespace is refused at PreStart with an event
-// naming the field.
-func TestServiceOptions(t *testing.T) {
 	ctx := t.Context()
 	if err := env.WaitNICsFree(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const options = `{"trafficClasses":["LOW_LATENCY","BULK_DATA"],"depth":8}`
-
-	ns := fixedNamespace(t, hpcNamespace)
-	job := cluster.Job("opts", 1, 1)
+	ns := env.UseNamespace(t, hpcNamespace)
+	job := cluster.Job(name, 1, nics)
 	withOptions(job, options)
 	pods, err := env.RunJob(ctx, ns, job)
 	if err != nil {
@@ -86,7 +50,50 @@ func TestServiceOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := viewPod(t, pods[0], rep)
-	checkIsolated(t, v, 1)
+	checkIsolated(t, v, nics)
+	return v
+}
+
+// refusedElsewhere runs the same Job in a namespace the policy grants
+// nothing, and checks that the agent's event refusing its pod at PreStart
+// says each of wants (the field and the policy).
+func refusedElsewhere(t *testing.T, name, options string, wants ...string) {
+	t.Helper()
+	ctx := t.Context()
+	ns := newNamespace(t, name+"-denied")
+	job := cluster.Job(name, 1, 1)
+	withOptions(job, options)
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
+	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	why := waitEvent(t, ctx, ns, "Pod", "", "CXIBindRefused")
+	for _, want := range wants {
+		if !strings.Contains(why, want) {
+			t.Errorf("the refusal %q does not say %q", why, want)
+		}
+	}
+}
+
+// driverService is the service as the simulated driver holds it, not as
+// the agent reports it.
+func driverService(t *testing.T, v podView, s inspect.Service) simstate.Service {
+	t.Helper()
+	d, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID)
+	if err != nil || !ok {
+		t.Fatalf("pod %s: service %s/%d in the driver: found %v, %v", v.Key, s.NIC, s.ID, ok, err)
+	}
+	return d
+}
+
+// TestServiceOptions: a Job asking for LOW_LATENCY and BULK_DATA, depth 8,
+// in the namespace granted BULK_DATA gets services with those classes,
+// SLINGSHOT_TCS to match and 8 times Slurm's per-rank reservation; the
+// same Job in another namespace is refused at PreStart with an event
+// naming the field.
+func TestServiceOptions(t *testing.T) {
+	const options = `{"trafficClasses":["LOW_LATENCY","BULK_DATA"],"depth":8}`
+	v := runWithOptions(t, "opts", 1, options)
 	procs, err := cluster.PodProcesses(v.UID)
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +109,7 @@ func TestServiceOptions(t *testing.T) {
 		if s.TCs != "0x6" {
 			t.Errorf("pod %s: service %s/%d classes %s, want 0x6", v.Key, s.NIC, s.ID, s.TCs)
 		}
-		// The driver's own state, besides the agent's report.
-		d, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID)
-		if err != nil || !ok {
-			t.Fatalf("pod %s: service %s/%d in the driver: found %v, %v", v.Key, s.NIC, s.ID, ok, err)
-		}
+		d := driverService(t, v, s)
 		if d.TCs != "0x6" {
 			t.Errorf("pod %s: the driver has service %s/%d with classes %s, want 0x6", v.Key, s.NIC, s.ID, d.TCs)
 		}
@@ -117,20 +120,7 @@ func TestServiceOptions(t *testing.T) {
 		}
 	}
 
-	other := newNamespace(t, "opts-denied")
-	job = cluster.Job("opts", 1, 1)
-	withOptions(job, options)
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
-	if _, err := env.Node.Client.BatchV1().Jobs(other).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The agent's event on the pod names the field and the policy.
-	why := waitEvent(t, ctx, other, "Pod", "", "CXIBindRefused")
-	for _, want := range []string{"BULK_DATA is not allowed", "trafficClasses[1]", "jobOptions.trafficClasses"} {
-		if !strings.Contains(why, want) {
-			t.Errorf("the refusal %q does not say %q", why, want)
-		}
-	}
+	refusedElsewhere(t, "opts", options, "BULK_DATA is not allowed", "trafficClasses[1]", "jobOptions.trafficClasses")
 }
 
 // TestStorageVNI: a pod of the namespace allowed to join the storage VNI
@@ -140,59 +130,23 @@ func TestServiceOptions(t *testing.T) {
 // another namespace is refused at PreStart with an event naming the
 // policy.
 func TestStorageVNI(t *testing.T) {
-	ctx := t.Context()
-	if err := env.WaitNICsFree(ctx); err != nil {
-		t.Fatal(err)
-	}
 	const options = `{"vnis":["storage"]}`
-
-	ns := fixedNamespace(t, hpcNamespace)
-	job := cluster.Job("storage", 1, 2)
-	withOptions(job, options)
-	pods, err := env.RunJob(ctx, ns, job)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, env.Describe(ctx))
-	}
-	rep, err := env.Inspect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := viewPod(t, pods[0], rep)
-	checkIsolated(t, v, 2)
-	want := []uint16{v.JobVNI, storageVNI}
-	if wantEnv := fmt.Sprintf("%d,%d", v.JobVNI, storageVNI); v.EnvVNIs != wantEnv {
+	v := runWithOptions(t, "storage", 2, options)
+	want := []uint16{v.JobVNI, cluster.StorageVNI}
+	if wantEnv := fmt.Sprintf("%d,%d", v.JobVNI, cluster.StorageVNI); v.EnvVNIs != wantEnv {
 		t.Errorf("pod %s: SLINGSHOT_VNIS=%q, want %q (the job VNI, then the storage VNI)", v.Key, v.EnvVNIs, wantEnv)
 	}
 	for _, s := range v.Services {
 		if !slices.Equal(s.VNIs, want) {
 			t.Errorf("pod %s: the agent reports service %s/%d with VNIs %v, want %v", v.Key, s.NIC, s.ID, s.VNIs, want)
 		}
-		// The driver's own state, not the agent's word.
-		got, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID)
-		switch {
-		case err != nil:
-			t.Fatal(err)
-		case !ok:
-			t.Errorf("pod %s: service %s/%d is not in the driver", v.Key, s.NIC, s.ID)
-		case !slices.Equal(got.VNIs, want) || !got.OnlyNetns(v.Netns):
+		if got := driverService(t, v, s); !slices.Equal(got.VNIs, want) || !got.OnlyNetns(v.Netns) {
 			t.Errorf("pod %s: the driver has service %s/%d with VNIs %v and netns %v, want VNIs %v and netns [%d]",
 				v.Key, s.NIC, s.ID, got.VNIs, got.NetNS, want, v.Netns)
 		}
 	}
 
-	other := newNamespace(t, "storage-denied")
-	job = cluster.Job("storage", 1, 1)
-	withOptions(job, options)
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
-	if _, err := env.Node.Client.BatchV1().Jobs(other).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	why := waitEvent(t, ctx, other, "Pod", "", "CXIBindRefused")
-	for _, want := range []string{"vnis[0]", `may not join VNI "storage"`, "jobOptions.extraVNIs"} {
-		if !strings.Contains(why, want) {
-			t.Errorf("the refusal %q does not say %q", why, want)
-		}
-	}
+	refusedElsewhere(t, "storage", options, "vnis[0]", `may not join VNI "storage"`, "jobOptions.extraVNIs")
 }
 
 // TestTLEPoolsFull: every NIC has 4 TLE pools and the default service

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 		// BULK_DATA and the storage VNI for one namespace
 		// (TestDRAServiceOptions).
 		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
-			Values: map[string]any{"agent": map[string]any{"config": map[string]any{"jobOptions": jobOptionsValues()}}}}
+			Values: map[string]any{"agent": map[string]any{"config": map[string]any{"jobOptions": cluster.JobOptions(hpcNamespace)}}}}
 	}, func(e *cluster.Env) { env = e }))
 }
 

@@ -1,12 +1,10 @@
 package e2edra
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -14,23 +12,10 @@ import (
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
 
-// hpcNamespace is the namespace the node's jobOptions grant BULK_DATA and
-// the storage VNI (TestMain's values): a fixed name, since the policy
-// names namespaces.
+// hpcNamespace is the namespace the node's jobOptions grant BULK_DATA
+// and the storage VNI (cluster.JobOptions, TestMain's values): a fixed
+// name, since the policy names namespaces.
 const hpcNamespace = "dra-hpc"
-
-// storageVNI is the named VNI hpcNamespace may join: outside the
-// controller's VNI range (the chart's 1024-65535) and not the default
-// service's 1 or 10.
-const storageVNI = 900
-
-// jobOptionsValues is the agent configuration TestMain installs.
-func jobOptionsValues() map[string]any {
-	return map[string]any{
-		"trafficClasses": map[string]any{"namespaces": map[string]any{hpcNamespace: []any{"BULK_DATA"}}},
-		"extraVNIs":      []any{map[string]any{"name": "storage", "vni": storageVNI, "namespaces": []any{hpcNamespace}}},
-	}
-}
 
 // claimOptions is the serviceOptions of TestDRAServiceOptions' claims.
 const claimOptions = `{"trafficClasses":["LOW_LATENCY","BULK_DATA"],"depth":4,"vnis":["storage"]}`
@@ -46,7 +31,7 @@ const claimOptions = `{"trafficClasses":["LOW_LATENCY","BULK_DATA"],"depth":4,"v
 func TestDRAServiceOptions(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := fixedNamespace(t, hpcNamespace)
+	ns := env.UseNamespace(t, hpcNamespace)
 	createOptionsTemplate(t, ns)
 	job := cluster.ClaimJob("opts", 1, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)
@@ -56,9 +41,9 @@ func TestDRAServiceOptions(t *testing.T) {
 	}
 	v := viewDRAPod(t, ctx, pods[0])
 	checkBound(t, v)
-	wantVNIs := []uint16{v.JobVNI(), storageVNI}
+	wantVNIs := []uint16{v.JobVNI(), cluster.StorageVNI}
 	if !slices.Equal(v.VNIs, wantVNIs) {
-		t.Errorf("pod %s: SLINGSHOT_VNIS=%q, want the job VNI, then the storage VNI %d", v.Key, v.Env["SLINGSHOT_VNIS"], storageVNI)
+		t.Errorf("pod %s: SLINGSHOT_VNIS=%q, want the job VNI, then the storage VNI %d", v.Key, v.Env["SLINGSHOT_VNIS"], cluster.StorageVNI)
 	}
 	if v.Env["SLINGSHOT_TCS"] != "0x6" {
 		t.Errorf("pod %s: SLINGSHOT_TCS=%q, want 0x6 (LOW_LATENCY|BULK_DATA)", v.Key, v.Env["SLINGSHOT_TCS"])
@@ -121,21 +106,4 @@ func createOptionsTemplate(t *testing.T, ns string) {
 	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fixedNamespace makes the namespace name for one test and deletes it at
-// the end, waiting for it to go so that the next test can make it again.
-func fixedNamespace(t *testing.T, name string) string {
-	t.Helper()
-	if err := env.NamedNamespace(t.Context(), name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := env.DeleteNamespaceWait(ctx, name); err != nil {
-			t.Error(err)
-		}
-	})
-	return name
 }
