@@ -244,25 +244,27 @@ func TestItem5NamespaceHeldAgainAfterRestart(t *testing.T) {
 }
 
 // metaNetns is fakeNetns whose handles carry what a runtime reports of
-// the pod with its sandbox: the Job's label.
+// the pod with its sandbox: the Job's label, and the pod's annotations.
 type metaNetns struct {
 	fakeNetns
-	job map[string]string // pod UID → Job UID
+	job         map[string]string            // pod UID → Job UID
+	annotations map[string]map[string]string // pod UID → annotations; may be nil
 }
 
 type metaHandle struct {
 	*fakeHandle
-	labels map[string]string
+	labels, annotations map[string]string
 }
 
-func (h metaHandle) PodMeta() (map[string]string, map[string]string) { return h.labels, nil }
+func (h metaHandle) PodMeta() (map[string]string, map[string]string) { return h.labels, h.annotations }
 
 func (f metaNetns) Open(ctx context.Context, uid string) (nsHandle, error) {
 	h, err := f.fakeNetns.Open(ctx, uid)
 	if err != nil {
 		return nil, err
 	}
-	return metaHandle{fakeHandle: h.(*fakeHandle), labels: map[string]string{"batch.kubernetes.io/controller-uid": f.job[uid]}}, nil
+	return metaHandle{fakeHandle: h.(*fakeHandle), labels: map[string]string{"batch.kubernetes.io/controller-uid": f.job[uid]},
+		annotations: f.annotations[uid]}, nil
 }
 
 // countingJobs counts the controller's acquires.

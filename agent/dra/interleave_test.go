@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,13 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/internal/optionstest"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
+	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/cxi/sim"
+	"github.com/slingshot-k8s/slingshot/internal/jobreq"
 )
 
 var interleaveSeeds = flag.Int("interleave.seeds", 30, "seeds of TestDRAInvariantsUnderInterleavings (make fuzz runs more)")
@@ -53,7 +61,10 @@ func (l *liveNamespaces) open(path string) (Netns, error) {
 // and unprepared, sandboxes started (some binds failing on the second
 // NIC), pods exiting, a second pod trying a shared claim, NRI going down
 // and up, agent restarts, the kubelet losing its claim state, and the
-// collector's passes. It checks the invariants after every step.
+// collector's passes. A share of the claims ask for service options
+// (optionstest.RandomRequest) in their serviceOptions, some of which
+// their namespace may not have, and the NICs run out of pools and LEs.
+// It checks the invariants after every step.
 type draWorld struct {
 	t     *testing.T
 	rng   *rand.Rand
@@ -66,16 +77,64 @@ type draWorld struct {
 	now   time.Time
 
 	claims    map[string]*resourceapi.ResourceClaim // the kubelet's prepared claims, by UID
+	models    map[string]*claimModel                // every claim ever prepared, by UID
+	podNS     map[string]string                     // each pod's namespace, by pod name
 	sandboxes map[string]uint32                     // running pods' namespaces, by pod name
 	nextInode uint32
 	next      int
-	log       []string
+	// unexpected is a Prepare whose outcome the model did not predict,
+	// reported after the driver's state is checked.
+	unexpected string
+	outcomes   map[string]int // Prepares by outcome, over all seeds
+	log        []string
 }
 
-func newDRAWorld(t *testing.T, seed uint64) *draWorld {
+// claimModel is what the test knows of a claim: its pod, what it asked
+// for and what the model says it gets.
+type claimModel struct {
+	ns, pod string
+	req     jobreq.Request
+	asked   bool
+	want    optionstest.Want
+}
+
+// jobKey is the lease key of the claim's pod's job (fakeLeaser).
+func (m *claimModel) jobKey() string {
+	job := m.pod
+	if i := strings.LastIndex(job, "-"); i > 0 {
+		job = job[:i]
+	}
+	return "job/" + m.ns + "/" + job
+}
+
+func (m *claimModel) asks() string {
+	if !m.asked {
+		return "nothing"
+	}
+	return optionstest.JSON(m.req)
+}
+
+func newDRAWorld(t *testing.T, seed uint64, outcomes map[string]int) *draWorld {
 	w := &draWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), r: newRig(t), ns: &liveNamespaces{live: map[uint32]bool{}, held: map[uint32]int{}},
 		api: &fakeClaims{claims: map[string]*resourceapi.ResourceClaim{}}, now: time.Now(),
-		claims: map[string]*resourceapi.ResourceClaim{}, sandboxes: map[string]uint32{}, nextInode: 4026540000}
+		claims: map[string]*resourceapi.ResourceClaim{}, models: map[string]*claimModel{}, podNS: map[string]string{},
+		sandboxes: map[string]uint32{}, nextInode: 4026540000, outcomes: outcomes}
+	cfg, err := config.Parse([]byte(optionstest.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := Policy{TCs: cxi.DefaultTrafficClasses, Jobs: jobpolicy.New(cfg), Adjust: cfg.JobOptions.Adjust()}
+	w.r.cfg.Policy = func() Policy { return pol }
+	// Other stacks' system services hold most LE pools, one to three
+	// TLE pools and half the LEs or more, so that the claims run out of
+	// them.
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		le, tle, les := 11+w.rng.IntN(3), 1+w.rng.IntN(3), uint16(10000+w.rng.IntN(3000))
+		if err := optionstest.HoldPools(w.r.sims[nic], le, tle, les); err != nil {
+			t.Fatal(err)
+		}
+		w.logf("%s: system services hold %d LE pools, %d TLE pools and %d LEs", nic, le, tle, les)
+	}
 	w.flaky = &flakyBind{Services: w.r.cfg.NICs[1].Drv}
 	w.r.cfg.NICs[1].Drv = w.flaky
 	w.nri = NewNRIState("nri.sock", nil)
@@ -84,6 +143,16 @@ func newDRAWorld(t *testing.T, seed uint64) *draWorld {
 	w.r.cfg.OpenNetns = w.ns.open
 	w.restart()
 	return w
+}
+
+// sandbox is the sandbox of pod, in its namespace, with the network
+// namespace of inode.
+func (w *draWorld) sandbox(pod string, inode uint32) Sandbox {
+	sb := sandbox(pod, inode)
+	if ns, ok := w.podNS[pod]; ok {
+		sb.Namespace = ns
+	}
+	return sb
 }
 
 // restart is a new agent process on the same state: the namespaces the
@@ -105,7 +174,7 @@ func (w *draWorld) restart() {
 func (w *draWorld) synchronize() {
 	var sbs []Sandbox
 	for pod, inode := range w.sandboxes {
-		sbs = append(sbs, sandbox(pod, inode))
+		sbs = append(sbs, w.sandbox(pod, inode))
 	}
 	w.r.m.Synchronize(context.Background(), sbs)
 }
@@ -132,17 +201,7 @@ func (w *draWorld) step() {
 	ctx := context.Background()
 	switch op := w.rng.IntN(11); op {
 	case 0, 1: // the kubelet prepares a new pod's claim
-		w.next++
-		uid := fmt.Sprintf("c%d", w.next)
-		pod := fmt.Sprintf("job%d-%d", w.rng.IntN(3), w.next)
-		nics := [][]string{{"cxi0"}, {"cxi1"}, {"cxi0", "cxi1"}}[w.rng.IntN(3)]
-		c := claim(uid, pod, "", nics...)
-		_, err := w.r.m.Prepare(ctx, c)
-		w.logf("prepare %s for %s on %v: %v", uid, pod, nics, err)
-		if err == nil {
-			w.claims[uid] = c
-			w.api.claims["ns/"+c.Name] = c
-		}
+		w.prepare(ctx)
 	case 2, 3: // a prepared claim's pod starts its sandbox, maybe failing on cxi1
 		uid := w.pick(w.claims)
 		if uid == "" {
@@ -158,7 +217,7 @@ func (w *draWorld) step() {
 		w.flaky.fail = w.rng.IntN(3) == 0
 		err := error(nil)
 		if w.nri.Ready() == nil {
-			err = w.r.m.Bind(ctx, sandbox(pod, inode))
+			err = w.r.m.Bind(ctx, w.sandbox(pod, inode))
 		}
 		w.flaky.fail = false
 		w.logf("sandbox %s netns %d (nri up %v): %v", pod, inode, w.nri.Ready() == nil, err)
@@ -168,7 +227,7 @@ func (w *draWorld) step() {
 		}
 		w.sandboxes[pod] = inode
 		if w.nri.Ready() == nil {
-			if _, err := w.r.m.Check(ctx, sandbox(pod, inode), nil); err != nil {
+			if _, err := w.r.m.Check(ctx, w.sandbox(pod, inode), nil); err != nil {
 				w.fail("container of %s after a bind that succeeded: %v", pod, err)
 			}
 		}
@@ -228,6 +287,180 @@ func (w *draWorld) step() {
 	}
 }
 
+// prepare has the kubelet prepare a new pod's claim, of a random job and
+// namespace, on one NIC or both; a share ask for service options. The
+// model (optionstest) says whether the policy refuses them, whether they
+// fit on the NICs as the driver's services stand, and what they get.
+func (w *draWorld) prepare(ctx context.Context) {
+	w.next++
+	uid := fmt.Sprintf("c%d", w.next)
+	m := &claimModel{ns: optionstest.Namespaces[w.rng.IntN(len(optionstest.Namespaces))], pod: fmt.Sprintf("job%d-%d", w.rng.IntN(3), w.next)}
+	nics := [][]string{{"cxi0"}, {"cxi1"}, {"cxi0", "cxi1"}}[w.rng.IntN(3)]
+	m.req, m.asked = optionstest.RandomRequest(w.rng)
+	m.want = optionstest.Resolve(m.ns, m.req, m.asked)
+	var opaque string
+	if m.asked {
+		opaque = `{"apiVersion":"` + ConfigAPIVersion + `","kind":"` + ConfigKind + `","serviceOptions":` + optionstest.JSON(m.req) + `}`
+	}
+	c := claim(uid, m.pod, opaque, nics...)
+	c.Namespace = m.ns
+	w.models[uid] = m
+	w.podNS[m.pod] = m.ns
+	// What the model expects: a refusal by the policy, or by the first
+	// NIC (in allocation order) the services do not fit on.
+	noRoom, noRoomOn := (*optionstest.NoRoom)(nil), ""
+	for _, nic := range nics {
+		if _, nr := m.want.On(optionstest.NICOf(w.simServices(nic))); nr != nil && m.want.Refused == "" {
+			noRoom, noRoomOn = nr, nic
+			break
+		}
+	}
+	nriUp := w.nri.Ready() == nil
+	before := w.driverServices()
+	_, err := w.r.m.Prepare(ctx, c)
+	w.logf("prepare %s for %s/%s on %v asking %s: %v", uid, m.ns, m.pod, nics, m.asks(), err)
+	var fitErr *cxi.FitError
+	switch {
+	case err == nil && !nriUp:
+		w.fail("claim %s prepared while NRI is down", uid)
+	case err == nil && m.want.Refused != "":
+		w.unexpectedf("prepare of %s (%s/%s) succeeded, but the policy refuses what it asked (%s): %s", uid, m.ns, m.pod, m.asks(), m.want.Refused)
+	case err == nil && noRoom != nil:
+		w.unexpectedf("prepare of %s (%s/%s) succeeded, but by the driver's services it does not fit on %s: %s", uid, m.ns, m.pod, noRoomOn, noRoom)
+	case err == nil:
+		w.claims[uid] = c
+		w.api.claims[c.Namespace+"/"+c.Name] = c
+		w.outcomes[map[bool]string{false: "prepared, no options", true: "prepared with options"}[m.asked]]++
+	case !nriUp:
+		w.outcomes["refused: NRI down"]++
+	case m.want.Refused != "":
+		if !errors.Is(err, jobpolicy.ErrRefused) {
+			w.unexpectedf("prepare of %s (%s/%s): %v; want the policy's refusal: %s", uid, m.ns, m.pod, err, m.want.Refused)
+		}
+		w.outcomes["refused by the policy"]++
+	case noRoom != nil:
+		if !errors.As(err, &fitErr) || fitErr.Resource != noRoom.Resource || fitErr.Pool != noRoom.Pool {
+			w.unexpectedf("prepare of %s (%s/%s): %v; want it refused on %s: %s", uid, m.ns, m.pod, err, noRoomOn, noRoom)
+		}
+		w.outcomes["refused: "+noRoom.String()]++
+	default:
+		w.fail("prepare of %s (%s/%s) on %v: %v", uid, m.ns, m.pod, nics, err)
+	}
+	if err != nil {
+		w.checkRefusedLeftNothing(uid, m, before)
+	}
+}
+
+func (w *draWorld) unexpectedf(format string, args ...any) {
+	if w.unexpected == "" {
+		w.unexpected = fmt.Sprintf(format, args...)
+	}
+}
+
+// simServices lists every service of a simulated NIC, as the driver
+// holds them.
+func (w *draWorld) simServices(nic string) []sim.Service {
+	w.t.Helper()
+	svcs, err := w.r.sims[nic].Services()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return svcs
+}
+
+// driverServices are the IDs of every service on the NICs, by NIC.
+func (w *draWorld) driverServices() map[string][]uint32 {
+	out := map[string][]uint32{}
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		for _, s := range w.simServices(nic) {
+			out[nic] = append(out[nic], s.Desc.SvcID)
+		}
+	}
+	return out
+}
+
+// checkRefusedLeftNothing fails the test unless a claim whose Prepare
+// failed left no service (the driver's services are those before it), no
+// record, and no hold on its job's lease that no other claim's record
+// accounts for.
+func (w *draWorld) checkRefusedLeftNothing(uid string, m *claimModel, before map[string][]uint32) {
+	w.t.Helper()
+	after := w.driverServices()
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		if !slices.Equal(before[nic], after[nic]) {
+			w.fail("refused claim %s (%s/%s) left services behind on %s: %v before its Prepare, %v after", uid, m.ns, m.pod, nic, before[nic], after[nic])
+		}
+	}
+	if rec, ok := w.r.m.store.get(uid); ok {
+		w.fail("refused claim %s (%s/%s) left its record %+v", uid, m.ns, m.pod, rec)
+	}
+	key := m.jobKey()
+	if slices.ContainsFunc(w.r.m.Records(), func(r *Record) bool { return r.LeaseKey == key && !r.Released }) {
+		return // another claim of the job holds the lease
+	}
+	if w.r.leaser.holds(key) {
+		w.fail("refused claim %s (%s/%s) left the node holding its job's lease %s, which no claim's record accounts for", uid, m.ns, m.pod, key)
+	}
+}
+
+// checkOptions checks, from the simulated driver's services, the
+// invariants of service options: no NIC holds more pools than it has or
+// more of a resource than it has; every service the agent made for a
+// claim carries the VNI the controller leases the claim's job first and
+// then exactly the named VNIs the claim asked for and its namespace may
+// join; no job's VNI is carried by another job's services; a service
+// admits no running pod but its claim's; and each service's traffic
+// classes and limits are what the model makes of the claim's request.
+func (w *draWorld) checkOptions(recorded map[string]map[uint32]*Record) {
+	w.t.Helper()
+	podOfInode := map[uint32]string{}
+	for pod, inode := range w.sandboxes {
+		podOfInode[inode] = pod
+	}
+	jobOfVNI := map[uint16]string{}
+	for _, nic := range []string{"cxi0", "cxi1"} {
+		all := w.simServices(nic)
+		for _, bad := range optionstest.CheckNIC(all) {
+			w.fail("%s: %s", nic, bad)
+		}
+		n := optionstest.NICOf(all)
+		for _, s := range all {
+			id := s.Desc.SvcID
+			if id == cxi.DefaultServiceID || s.Desc.IsSystemSvc {
+				continue
+			}
+			rec := recorded[nic][id]
+			if rec == nil {
+				w.fail("service %d on %s has no record", id, nic)
+			}
+			m := w.models[rec.UID]
+			vnis := s.Desc.ValidVNIs()
+			key := m.jobKey()
+			if len(vnis) == 0 {
+				w.fail("service %d on %s of claim %s carries no VNI", id, nic, rec.UID)
+			}
+			if other, ok := jobOfVNI[vnis[0]]; ok && other != key {
+				w.fail("VNI %d is the job VNI of services of both %s and %s", vnis[0], other, key)
+			}
+			jobOfVNI[vnis[0]] = key
+			for _, inode := range s.NetNS {
+				if pod, ok := podOfInode[inode]; ok && pod != m.pod {
+					w.fail("service %d on %s of claim %s (pod %s/%s) admits the namespace of pod %s", id, nic, rec.UID, m.ns, m.pod, pod)
+				}
+			}
+			w.r.leaser.mu.Lock()
+			jobVNI, leased := w.r.leaser.vnis[key]
+			w.r.leaser.mu.Unlock()
+			if !leased {
+				w.fail("service %d on %s of claim %s carries VNIs %v, but the controller never leased its job %s", id, nic, rec.UID, vnis, key)
+			}
+			for _, bad := range m.want.Check(s, jobVNI, n) {
+				w.fail("service %d on %s of claim %s (%s/%s, asked %s): %s", id, nic, rec.UID, m.ns, m.pod, m.asks(), bad)
+			}
+		}
+	}
+}
+
 func (w *draWorld) stopPod(pod string) {
 	if inode, ok := w.sandboxes[pod]; ok {
 		delete(w.sandboxes, pod)
@@ -238,7 +471,7 @@ func (w *draWorld) stopPod(pod string) {
 }
 
 func (w *draWorld) forget(uid string) {
-	delete(w.api.claims, "ns/"+w.claims[uid].Name)
+	delete(w.api.claims, w.claims[uid].Namespace+"/"+w.claims[uid].Name)
 	delete(w.claims, uid)
 }
 
@@ -246,7 +479,7 @@ func (w *draWorld) forget(uid string) {
 // running sandbox keeps alive; no service admits more than one namespace,
 // nor a claim's services two; no service without a record; no lease
 // without a holder, no holder without its lease; a claim's VNI is its
-// job's alone.
+// job's alone; the options' invariants (checkOptions).
 func (w *draWorld) check() {
 	recorded := map[string]map[uint32]*Record{}
 	held := map[string]bool{}
@@ -279,6 +512,10 @@ func (w *draWorld) check() {
 		}
 	}
 	w.r.leaser.mu.Unlock()
+	w.checkOptions(recorded)
+	if w.unexpected != "" {
+		w.fail("%s", w.unexpected)
+	}
 	for nic := range w.r.sims {
 		for _, s := range w.r.services(nic) {
 			rec := recorded[nic][s.Desc.SvcID]
@@ -325,14 +562,22 @@ func (w *draWorld) fail(format string, args ...any) {
 // the invariants after every step: no service admits an unheld
 // namespace; no claim bound to two pods; no lease without a holder; no
 // holder without a lease.
+//
+// A share of the claims ask for service options, and after every step
+// the driver's services are what the options ask for (after the policy),
+// no NIC holds more pools or resources than it has, no VNI is carried but
+// its job's and the named ones its claim may join, and a refused claim
+// left nothing behind.
 func TestDRAInvariantsUnderInterleavings(t *testing.T) {
 	seeds := *interleaveSeeds
 	if testing.Short() {
 		seeds = min(seeds, 10)
 	}
+	outcomes, ran := map[string]int{}, 0
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			w := newDRAWorld(t, uint64(seed))
+			ran++
+			w := newDRAWorld(t, uint64(seed), outcomes)
 			for range 80 {
 				w.step()
 				w.check()
@@ -355,5 +600,14 @@ func TestDRAInvariantsUnderInterleavings(t *testing.T) {
 			w.check()
 			w.r.checkEmpty()
 		})
+	}
+	t.Logf("prepares by outcome: %v", outcomes)
+	if ran >= 30 && !t.Failed() {
+		// The seeds reach every refusal the options can meet.
+		for _, want := range []string{"prepared with options", "refused by the policy", "refused: no LEs pool left", "refused: no TLEs pool left", "refused: not enough LEs"} {
+			if outcomes[want] == 0 {
+				t.Errorf("no Prepare %s over %d seeds: %v", want, ran, outcomes)
+			}
+		}
 	}
 }
