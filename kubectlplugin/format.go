@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -138,9 +140,10 @@ func WritePod(w io.Writer, v *PodView) error {
 	if len(v.Services) == 0 {
 		fmt.Fprintln(tw, "\nNo CXI services.")
 	} else {
-		fmt.Fprintln(tw, "\nNIC\tSVC\tENABLED\tVNIS\tMEMBERS")
+		fmt.Fprintln(tw, "\nNIC\tSVC\tENABLED\tVNIS\tTCS\tRESERVED\tMEMBERS")
 		for _, s := range v.Services {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", s.NIC, s.ID, yesNo(s.Enabled), vniList(s.VNIs), orDash(strings.Join(s.Members, ",")))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.NIC, s.ID, yesNo(s.Enabled), vniList(s.VNIs), orDash(s.TCs),
+				reservedList(s.Reserved), orDash(strings.Join(s.Members, ",")))
 		}
 	}
 	if len(v.Claims) > 0 {
@@ -280,6 +283,16 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// reservedList is a service's reservations by resource, sorted:
+// "LEs=128,PTEs=48,TXQs=16"; "-" for none.
+func reservedList(r map[string]int) string {
+	s := make([]string, 0, len(r))
+	for _, name := range slices.Sorted(maps.Keys(r)) {
+		s = append(s, name+"="+strconv.Itoa(r[name]))
+	}
+	return orDash(strings.Join(s, ","))
 }
 
 func vniList(v []uint16) string {

@@ -37,7 +37,8 @@ func fixtureReport() *inspect.Report {
 		NICs: []inspect.NIC{{Name: "cxi0", Healthy: true, Link: true}, {Name: "cxi1", Healthy: false, Reason: "link down"}},
 		Services: []inspect.Service{
 			{NIC: "cxi0", ID: 1, Enabled: true, System: true, VNIs: []uint16{1, 10}, Members: []string{"all"}},
-			{NIC: "cxi0", ID: 12, Enabled: true, VNIs: []uint16{1042}, Members: []string{"netns=4026532000"}, Pod: "team-a/allreduce-0"},
+			{NIC: "cxi0", ID: 12, Enabled: true, VNIs: []uint16{1042, 900}, Members: []string{"netns=4026532000"}, Pod: "team-a/allreduce-0",
+				TCs: "0x6", Reserved: map[string]int{"TXQs": 16, "LEs": 128, "PTEs": 48}},
 			{NIC: "cxi1", ID: 13, Enabled: true, VNIs: []uint16{1042}, Members: []string{"netns=4026532000"}, Pod: "team-a/allreduce-0"},
 			{NIC: "cxi0", ID: 14, Enabled: true, VNIs: []uint16{2050}, Members: []string{"netns=4026532111"}, Pod: "team-b/solo"},
 			{NIC: "cxi1", ID: 20, Enabled: true, VNIs: []uint16{1043}, Members: []string{"netns=4026532222"}},
@@ -223,9 +224,9 @@ NICs:       cxi0,cxi1
 HSN:        hsn0 10.150.3.7/16 on hsn0
 Addresses:  10.150.3.7 (hsn)
 
-NIC   SVC  ENABLED  VNIS  MEMBERS
-cxi0  12   yes      1042  netns=4026532000
-cxi1  13   yes      1042  netns=4026532000
+NIC   SVC  ENABLED  VNIS      TCS  RESERVED                 MEMBERS
+cxi0  12   yes      1042,900  0x6  LEs=128,PTEs=48,TXQs=16  netns=4026532000
+cxi1  13   yes      1042      -    -                        netns=4026532000
 `,
 	}, {
 		name: "nodes", write: func(b *strings.Builder) error { return WriteNodes(b, nodes) },
