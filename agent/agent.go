@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
@@ -265,7 +266,8 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 		if p.Exited != nil {
 			st = "cleaning up"
 		}
-		ip := inspect.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, VNI: p.VNI, Scope: p.Scope, State: st}
+		ip := inspect.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, VNI: p.VNI, Scope: p.Scope, State: st,
+			Collectives: engine.CollectivesJobID(p.CollEnv)}
 		if h := p.HSN; h != nil {
 			ip.HSN = fmt.Sprintf("%s %s on %s", h.Name, h.Address, h.Parent)
 		}

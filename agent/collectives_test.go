@@ -43,4 +43,9 @@ func TestPreStartPublishesCollectives(t *testing.T) {
 	if p := st.Pods["ns/a"]; p == nil || len(p.CollEnv) != 6 {
 		t.Fatalf("checkpoint pod = %+v, want its collectives environment", p)
 	}
+	// inspect (and kubectl slingshot pod) names the reservation.
+	rep := r.b.report(t.Context(), &inventory{}, true, nil)
+	if len(rep.Pods) != 1 || rep.Pods[0].Collectives != "k8s-uid-j" {
+		t.Errorf("report pods %+v, want ns/a with collectives k8s-uid-j", rep.Pods)
+	}
 }

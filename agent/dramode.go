@@ -15,6 +15,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
@@ -229,7 +230,8 @@ func (d *draFront) describe() []any {
 func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
 	r := d.a.b.report(ctx, d.a.inv, ready, nil)
 	for _, rec := range d.mgr.Records() {
-		c := inspect.Claim{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, VNI: rec.VNI, Scope: rec.Scope, BoundPod: rec.BoundPod}
+		c := inspect.Claim{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, VNI: rec.VNI, Scope: rec.Scope, BoundPod: rec.BoundPod,
+			Collectives: engine.CollectivesJobID(rec.CollEnv)}
 		for _, res := range rec.Results {
 			c.Devices = append(c.Devices, res.Device)
 		}

@@ -129,6 +129,9 @@ func WritePod(w io.Writer, v *PodView) error {
 	if len(v.Addresses) > 0 {
 		fmt.Fprintf(tw, "Addresses:\t%s\n", strings.Join(v.Addresses, ", "))
 	}
+	if v.Collectives != "" {
+		fmt.Fprintf(tw, "Collectives:\t%s (hardware collectives at the fabric manager)\n", v.Collectives)
+	}
 	for _, n := range v.Notes {
 		fmt.Fprintf(tw, "Note:\t%s\n", n)
 	}

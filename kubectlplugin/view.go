@@ -52,6 +52,9 @@ type PodView struct {
 	HSN string `json:"hsn,omitempty"`
 	// Addresses are the high-speed-network addresses handed out to the pod.
 	Addresses []string `json:"addresses,omitempty"`
+	// Collectives is the job's hardware-collectives reservation at the
+	// fabric manager (FI_CXI_COLL_JOB_ID), "" when it has none.
+	Collectives string `json:"collectives,omitempty"`
 	// Services are the pod's CXI services, one per NIC.
 	Services []inspect.Service `json:"services"`
 	// Claims are the DRA claims the agent prepared for the pod.
@@ -100,11 +103,11 @@ func BuildPod(pod *corev1.Pod, agent *corev1.Pod, rep *inspect.Report, leases []
 	switch {
 	case i >= 0:
 		p := rep.Pods[i]
-		v.VNI, v.Scope, v.State, v.HSN = p.VNI, p.Scope, p.State, p.HSN
+		v.VNI, v.Scope, v.State, v.HSN, v.Collectives = p.VNI, p.Scope, p.State, p.HSN, p.Collectives
 		v.NICs = append(v.NICs, p.NICs...)
 	case len(v.Claims) > 0:
 		c := v.Claims[0]
-		v.VNI, v.Scope, v.State = c.VNI, c.Scope, c.State
+		v.VNI, v.Scope, v.State, v.Collectives = c.VNI, c.Scope, c.State, c.Collectives
 		for _, c := range v.Claims {
 			v.NICs = append(v.NICs, c.Devices...)
 		}

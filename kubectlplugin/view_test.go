@@ -46,7 +46,8 @@ func fixtureReport() *inspect.Report {
 			{NIC: "cxi1", ID: 30, Enabled: true, VNIs: []uint16{3000}, Members: []string{"uid=1000"}},
 		},
 		Pods: []inspect.Pod{
-			{Namespace: "team-a", Name: "allreduce-0", UID: "uid-a", VNI: 1042, Scope: "job", NICs: []string{"cxi0", "cxi1"}, State: "running", HSN: "hsn0 10.150.3.7/16 on hsn0"},
+			{Namespace: "team-a", Name: "allreduce-0", UID: "uid-a", VNI: 1042, Scope: "job", NICs: []string{"cxi0", "cxi1"}, State: "running", HSN: "hsn0 10.150.3.7/16 on hsn0",
+				Collectives: "k8s-uid-job"},
 			{Namespace: "team-b", Name: "solo", UID: "uid-b", VNI: 2050, Scope: "pod", NICs: []string{"cxi0"}, State: "running"},
 		},
 		Claims: []inspect.Claim{
@@ -92,7 +93,7 @@ func TestBuildPod(t *testing.T) {
 		name: "device-plugin pod of a Job: its services, hsn and the Job's lease", pod: fixturePod("team-a", "allreduce-0", "uid-a", "n1"), leases: leases,
 		want: &PodView{Namespace: "team-a", Name: "allreduce-0", UID: "uid-a", Node: "n1", Agent: "slingshot/slingshot-agent-x7",
 			VNI: 1042, Scope: "job", State: "running", NICs: []string{"cxi0", "cxi1"}, HSN: "hsn0 10.150.3.7/16 on hsn0",
-			Addresses: []string{"10.150.3.7 (hsn)"}, Services: rep.Services[1:3], Lease: &leases[0]},
+			Addresses: []string{"10.150.3.7 (hsn)"}, Collectives: "k8s-uid-job", Services: rep.Services[1:3], Lease: &leases[0]},
 	}, {
 		name: "pod-scoped VNI from the node's pool: no lease, and a note says why", pod: fixturePod("team-b", "solo", "uid-b", "n1"), leases: leases,
 		want: &PodView{Namespace: "team-b", Name: "solo", UID: "uid-b", Node: "n1", Agent: "slingshot/slingshot-agent-x7",
@@ -214,15 +215,16 @@ No VNI leases.
 `,
 	}, {
 		name: "pod", write: func(b *strings.Builder) error { return WritePod(b, pod) },
-		want: `Pod:        team-a/allreduce-0
-UID:        uid-a
-Node:       n1 (agent slingshot/slingshot-agent-x7)
-VNI:        1042 (job scope)
-Lease:      vni-job-uid, owner Job team-a/allreduce, held by 2: n1,n2
-State:      running
-NICs:       cxi0,cxi1
-HSN:        hsn0 10.150.3.7/16 on hsn0
-Addresses:  10.150.3.7 (hsn)
+		want: `Pod:          team-a/allreduce-0
+UID:          uid-a
+Node:         n1 (agent slingshot/slingshot-agent-x7)
+VNI:          1042 (job scope)
+Lease:        vni-job-uid, owner Job team-a/allreduce, held by 2: n1,n2
+State:        running
+NICs:         cxi0,cxi1
+HSN:          hsn0 10.150.3.7/16 on hsn0
+Addresses:    10.150.3.7 (hsn)
+Collectives:  k8s-uid-job (hardware collectives at the fabric manager)
 
 NIC   SVC  ENABLED  VNIS      TCS  RESERVED                 MEMBERS
 cxi0  12   yes      1042,900  0x6  LEs=128,PTEs=48,TXQs=16  netns=4026532000

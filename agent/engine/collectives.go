@@ -2,6 +2,7 @@ package engine
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
@@ -35,4 +36,15 @@ func CollectivesEnv(l controllerclient.Lease) []string {
 		EnvHWCollAddrs + "=" + strconv.FormatUint(uint64(c.AddrsPerJob), 10),
 		EnvHWCollMinNodes + "=" + strconv.FormatUint(uint64(c.MinNodes), 10),
 	}
+}
+
+// CollectivesJobID is the reservation's job ID in env, a CollectivesEnv
+// list; "" when it has none.
+func CollectivesJobID(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvCollJobID+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -29,3 +29,13 @@ func TestCollectivesEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestCollectivesJobID(t *testing.T) {
+	env := CollectivesEnv(controllerclient.Lease{Scope: controllerclient.ScopeJob, Collectives: &controllerclient.Collectives{JobID: "k8s-u", Token: "tok"}})
+	if got := CollectivesJobID(env); got != "k8s-u" {
+		t.Errorf("CollectivesJobID(%q) = %q, want k8s-u", env, got)
+	}
+	if got := CollectivesJobID([]string{"FI_CXI_COLL_JOB_IDX=no", "SLINGSHOT_VNIS=1024"}); got != "" {
+		t.Errorf("CollectivesJobID without the variable = %q, want none", got)
+	}
+}

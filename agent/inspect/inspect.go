@@ -57,6 +57,9 @@ type Claim struct {
 	BoundPod string `json:"boundPod,omitempty"`
 	// State is "preparing", "prepared", "bound" or "unpreparing".
 	State string `json:"state"`
+	// Collectives is the job's hardware-collectives reservation at the
+	// fabric manager (FI_CXI_COLL_JOB_ID), "" when it has none.
+	Collectives string `json:"collectives,omitempty"`
 }
 
 // NIC is one Slingshot NIC.
@@ -101,6 +104,9 @@ type Pod struct {
 	State     string   `json:"state"` // "running", "cleaning up"
 	// HSN is the pod's hsn interface, "hsn0 10.150.3.7/16 on hsn0".
 	HSN string `json:"hsn,omitempty"`
+	// Collectives is the job's hardware-collectives reservation at the
+	// fabric manager (FI_CXI_COLL_JOB_ID), "" when it has none.
+	Collectives string `json:"collectives,omitempty"`
 }
 
 // Unit is one GPU machine-type unit.

@@ -166,6 +166,25 @@ func checkCollectives(t *testing.T, ns, name string, byNode map[string]corev1.Po
 				t.Errorf("pod %s/%s on %s: %s=%q in its container (set: %v), want %q", p.Namespace, p.Name, node, k, got, ok, w)
 			}
 		}
+		// The agent's report (inspect, kubectl slingshot pod) names it.
+		rep, err := nodeEnv(t, node).Inspect(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reported []string
+		for _, rp := range rep.Pods {
+			if rp.Namespace == p.Namespace && rp.Name == p.Name {
+				reported = append(reported, rp.Collectives)
+			}
+		}
+		for _, c := range rep.Claims {
+			if c.BoundPod == string(p.UID) {
+				reported = append(reported, c.Collectives)
+			}
+		}
+		if len(reported) != 1 || reported[0] != id {
+			t.Errorf("%s's agent reports collectives %q for pod %s, want [%s]", node, reported, p.Name, id)
+		}
 	}
 	return id
 }
