@@ -51,6 +51,22 @@ func (e *Env) DeleteNamespace(ctx context.Context, ns string) error {
 	return e.Node.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 }
 
+// TestNamespace makes a namespace with a generated name for the test tb
+// and deletes it at its end, not waiting for it to go.
+func (e *Env) TestNamespace(tb testing.TB, prefix string) string {
+	tb.Helper()
+	ns, err := e.NewNamespace(tb.Context(), prefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(tb.Context()), time.Minute)
+		defer cancel()
+		_ = e.DeleteNamespace(ctx, ns)
+	})
+	return ns
+}
+
 // UseNamespace makes the namespace name for the test tb and deletes it at
 // its end, waiting until it is gone so that the next test can make it
 // again: for tests whose configuration names a namespace (JobOptions).

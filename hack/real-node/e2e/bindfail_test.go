@@ -29,7 +29,7 @@ import (
 // pod, isolated as usual.
 func TestBindFailingOnSecondNIC(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "bindfail")
+	ns := env.TestNamespace(t, "bindfail")
 	clear, err := env.InjectFault("cxi1", sim.Fault{Op: uapi.OpSvcAlloc, Errno: syscall.ENOSPC, Count: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestControllerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := time.Now()
-	ns := newNamespace(t, "ctl-restart")
+	ns := env.TestNamespace(t, "ctl-restart")
 	pods, err := env.RunJob(ctx, ns, cluster.Job("after", 1, 1))
 	if err != nil {
 		t.Fatalf("a pod after the controller restart: %v\n%s", err, env.Describe(ctx))

@@ -40,7 +40,7 @@ func waitEvent(t *testing.T, ctx context.Context, ns, kind, name, reason string)
 // why and what to do.
 func TestBindRefusedEvent(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "events-refused")
+	ns := env.TestNamespace(t, "events-refused")
 	job := cluster.Job("refused", 1, 1)
 	job.Spec.Template.Spec.HostNetwork = true
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
@@ -94,7 +94,7 @@ func waitTaint(t *testing.T, ctx context.Context, on bool, within time.Duration)
 // is released.
 func TestCleanupStuckTaintsNode(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "events-stuck")
+	ns := env.TestNamespace(t, "events-stuck")
 	pods, err := env.RunJob(ctx, ns, cluster.Job("stuck", 1, 1))
 	if err != nil {
 		t.Fatal(err)

@@ -23,21 +23,6 @@ import (
 // (agent.ContainerDir + "/" + agent.EnvFileName).
 const envFile = "/var/run/slingshot/slingshot.env"
 
-// newNamespace makes a namespace for one test and deletes it at the end.
-func newNamespace(t *testing.T, prefix string) string {
-	t.Helper()
-	ns, err := env.NewNamespace(t.Context(), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeleteNamespace(ctx, ns)
-	})
-	return ns
-}
-
 // podView is what the node shows of one running pod: its processes, the
 // Slingshot values its container got, and the CXI services the agent
 // made for it.

@@ -34,7 +34,7 @@ const hsnPort = 7000
 // carries them any more.
 func TestHSNInterfaceTCP(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "hsn")
+	ns := env.TestNamespace(t, "hsn")
 	pool := netip.MustParsePrefix(cluster.IPPoolPrefix)
 
 	server := cluster.Job("server", 1, 1)

@@ -18,7 +18,7 @@ import (
 // the host sees in /proc/<pid>/ns/net, and the job's VNI.
 func TestJobPodsShareVNI(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "share")
+	ns := env.TestNamespace(t, "share")
 	podsA, err := env.RunJob(ctx, ns, cluster.Job("a", 2, 1))
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestJobPodsShareVNI(t *testing.T) {
 // waits out its quarantine before it can be handed out again.
 func TestJobDeletedCleansUp(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "cleanup")
+	ns := env.TestNamespace(t, "cleanup")
 	specsBefore := cdiSpecs(t)
 	pods, err := env.RunJob(ctx, ns, cluster.Job("gone", 2, 1))
 	if err != nil {
@@ -171,7 +171,7 @@ func TestContainerdRestart(t *testing.T) {
 // pods); then deletes the Job and checks the cleanup.
 func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	ctx := t.Context()
-	ns := newNamespace(t, "restart-"+what)
+	ns := env.TestNamespace(t, "restart-"+what)
 	specsBefore := cdiSpecs(t)
 	pods, err := env.RunJob(ctx, ns, cluster.Job("r", 2, 1))
 	if err != nil {

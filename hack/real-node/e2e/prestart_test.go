@@ -29,7 +29,7 @@ const (
 func TestBurst(t *testing.T) {
 	const pods = 30
 	ctx := t.Context()
-	ns := newNamespace(t, "burst")
+	ns := env.TestNamespace(t, "burst")
 	if err := env.WaitAllocatable(ctx, env.Capacity); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestBurst(t *testing.T) {
 // process of the node).
 func TestHostNetworkRefused(t *testing.T) {
 	ctx := t.Context()
-	ns := newNamespace(t, "hostnet")
+	ns := env.TestNamespace(t, "hostnet")
 	job := cluster.Job("hostnet", 1, 1)
 	job.Spec.Template.Spec.HostNetwork = true
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))

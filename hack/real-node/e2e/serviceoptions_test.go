@@ -60,7 +60,7 @@ func runWithOptions(t *testing.T, name string, nics int, options string) podView
 func refusedElsewhere(t *testing.T, name, options string, wants ...string) {
 	t.Helper()
 	ctx := t.Context()
-	ns := newNamespace(t, name+"-denied")
+	ns := env.TestNamespace(t, name+"-denied")
 	job := cluster.Job(name, 1, 1)
 	withOptions(job, options)
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
@@ -159,7 +159,7 @@ func TestTLEPoolsFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	fit := 3 * env.PhysicalNICs()
-	ns := newNamespace(t, "tle")
+	ns := env.TestNamespace(t, "tle")
 	job := cluster.Job("tle", fit+1, 1)
 	withOptions(job, `{"resources":{"TLEs":{"res":8}}}`)
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))

@@ -32,7 +32,7 @@ import (
 func TestDRABindFailingOnSecondNIC(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-bindfail")
+	ns := env.TestNamespace(t, "dra-bindfail")
 	createTemplate2(t, ns, "two")
 	clear, err := env.InjectFault("cxi1", sim.Fault{Op: uapi.OpSvcEnable, Errno: syscall.ENOSPC, Count: -1})
 	if err != nil {

@@ -31,7 +31,7 @@ type claimDeviceData struct {
 func TestDRAClaimStatus(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-status")
+	ns := env.TestNamespace(t, "dra-status")
 	createTemplate(t, ns, "nic", "job")
 	pods, err := env.RunJob(ctx, ns, cluster.ClaimJob("st", 1, "nic"))
 	if err != nil {
@@ -83,7 +83,7 @@ func TestDRAClaimStatus(t *testing.T) {
 func TestDRABindRefusedEvent(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-refused-event")
+	ns := env.TestNamespace(t, "dra-refused-event")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("refused", 1, "nic")
 	job.Spec.Template.Spec.HostNetwork = true

@@ -28,21 +28,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
 
-// newNamespace makes a namespace for one test and deletes it at the end.
-func newNamespace(t *testing.T, prefix string) string {
-	t.Helper()
-	ns, err := env.NewNamespace(t.Context(), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = env.DeleteNamespace(ctx, ns)
-	})
-	return ns
-}
-
 // createTemplate makes a ResourceClaimTemplate of one NIC with the opaque
 // configuration vni in ns.
 func createTemplate(t *testing.T, ns, name, vni string) {

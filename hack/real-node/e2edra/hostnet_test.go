@@ -27,7 +27,7 @@ var refusalTexts = []string{"hostNetwork", "host network", "no network namespace
 func TestDRAHostNetworkRefused(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-hostnet")
+	ns := env.TestNamespace(t, "dra-hostnet")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("hostnet", 1, "nic")
 	job.Spec.Template.Spec.HostNetwork = true

@@ -23,7 +23,7 @@ import (
 func TestDRAJobSharesVNI(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-job")
+	ns := env.TestNamespace(t, "dra-job")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("a", 2, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)
@@ -106,7 +106,7 @@ func TestDRAJobSharesVNI(t *testing.T) {
 func TestDRAExtendedResource(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-ext")
+	ns := env.TestNamespace(t, "dra-ext")
 	job := cluster.Job("ext", 1, 1)
 	env.WithServiceCheck(&job.Spec.Template.Spec)
 	pods, err := env.RunJob(ctx, ns, job)

@@ -25,7 +25,7 @@ import (
 func TestDRAKubeletLostClaimState(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-lost")
+	ns := env.TestNamespace(t, "dra-lost")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("lost", 1, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)

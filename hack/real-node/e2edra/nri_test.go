@@ -68,7 +68,7 @@ func TestDRANRIUnreachableFailsClosed(t *testing.T) {
 		t.Fatalf("the new agent never ran: %v\n%s", err, env.Describe(ctx))
 	}
 
-	ns := newNamespace(t, "dra-nri")
+	ns := env.TestNamespace(t, "dra-nri")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("nri", 1, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)

@@ -23,7 +23,7 @@ import (
 func TestDRARestarts(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-restart")
+	ns := env.TestNamespace(t, "dra-restart")
 	createTemplate(t, ns, "nic", "job")
 	job := cluster.ClaimJob("r", 2, "nic")
 	env.WithServiceCheck(&job.Spec.Template.Spec)

@@ -71,7 +71,7 @@ func TestDRAServiceOptions(t *testing.T) {
 		}
 	}
 
-	other := newNamespace(t, "dra-opts-denied")
+	other := env.TestNamespace(t, "dra-opts-denied")
 	createOptionsTemplate(t, other)
 	job = cluster.ClaimJob("opts", 1, "nic")
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))

@@ -20,7 +20,7 @@ import (
 func TestDRASharedClaimSecondPodRefused(t *testing.T) {
 	needDRA(t)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra-shared")
+	ns := env.TestNamespace(t, "dra-shared")
 	tmpl := cluster.NICClaimTemplate("shared", 1, "pod")
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: tmpl.Spec.Spec}
 	if _, err := env.Node.Client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {

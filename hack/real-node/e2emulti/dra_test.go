@@ -20,7 +20,7 @@ import (
 func TestMultiDRAClaimTemplate(t *testing.T) {
 	needAPI(t, cluster.APIDRA)
 	ctx := t.Context()
-	ns := newNamespace(t, "dra")
+	ns := env.TestNamespace(t, "dra")
 	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("nic", 1, "job"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

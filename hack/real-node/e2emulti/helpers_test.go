@@ -33,21 +33,6 @@ const envFile = "/var/run/slingshot/slingshot.env"
 // (controller/slices.PodVNIPool).
 const podVNIPool = "pod-vni"
 
-// newNamespace makes a namespace for one test and deletes it at the end.
-func newNamespace(t *testing.T, prefix string) string {
-	t.Helper()
-	ns, err := env.NewNamespace(t.Context(), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
-		defer cancel()
-		_ = env.DeleteNamespace(ctx, ns)
-	})
-	return ns
-}
-
 // nodeEnv is the Env of the node named name.
 func nodeEnv(t *testing.T, name string) *cluster.Env {
 	t.Helper()

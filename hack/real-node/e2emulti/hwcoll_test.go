@@ -99,7 +99,7 @@ func (f *fabricManager) configure(o *cluster.Options) {
 func TestMultiHWCollectives(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
 	ctx := t.Context()
-	ns := newNamespace(t, "hwcoll")
+	ns := env.TestNamespace(t, "hwcoll")
 	// Reservations made from here on: this test's alone, the tests
 	// running one at a time.
 	made := fm.Created()

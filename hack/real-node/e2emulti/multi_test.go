@@ -30,7 +30,7 @@ import (
 // another VNI.
 func TestMultiJobSharesVNI(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
-	ns := newNamespace(t, "shared")
+	ns := env.TestNamespace(t, "shared")
 	starts, err := env.WatchStarts(t.Context(), ns)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func jobVNIAcross(t *testing.T, byNode map[string]corev1.Pod) uint16 {
 // nodes' slices are disjoint.
 func TestMultiPodVNIFromNodeSlices(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
-	ns := newNamespace(t, "podvni")
+	ns := env.TestNamespace(t, "podvni")
 	pods := runSpread(t, ns, withVNIScope(spread(cluster.Job("own", 2, 1)), "pod"))
 	resp, err := env.Slices(t.Context(), podVNIPool, "")
 	if err != nil {
@@ -191,7 +191,7 @@ func TestMultiAgentKilled(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
 	ctx := t.Context()
 	n1, n2 := env.Nodes()[0], env.Nodes()[1]
-	ns := newNamespace(t, "agentkill")
+	ns := env.TestNamespace(t, "agentkill")
 	steady := runSpread(t, ns, spread(cluster.Job("steady", 2, 1)))
 	// The earlier tests' pods end after them, and with them their
 	// services and holds: the first node is looked at once only the
@@ -254,7 +254,7 @@ func TestMultiJobDeletedFreesVNI(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
 	ctx := t.Context()
 	n1, n2 := env.Nodes()[0], env.Nodes()[1]
-	ns := newNamespace(t, "jobgone")
+	ns := env.TestNamespace(t, "jobgone")
 	pods := runSpread(t, ns, spread(cluster.Job("gone", 2, 1)))
 	vni := jobVNIAcross(t, pods)
 
@@ -335,7 +335,7 @@ func TestMultiNodeDeleted(t *testing.T) {
 	needAPI(t, cluster.APIDevicePlugin)
 	ctx := t.Context()
 	n1, n2 := env.Nodes()[0], env.Nodes()[1]
-	ns := newNamespace(t, "nodegone")
+	ns := env.TestNamespace(t, "nodegone")
 
 	// A pod-scoped pod on the second node leases it a slice of the pod
 	// VNI pool; once the pod is gone and a heartbeat has said so, nothing
