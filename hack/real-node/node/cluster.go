@@ -164,24 +164,16 @@ func StartCluster(ctx context.Context, o Options, nodes []NodeSpec) (_ *Cluster,
 			return nil, err
 		}
 	}
-	steps := []struct {
-		name string
-		run  func(context.Context) error
-	}{
+	err = runSteps(ctx, o.Ready, func(name string, took time.Duration) {
+		cp.logf("cluster: %s up in %s", name, took.Round(time.Millisecond))
+	}, []step{
 		{"etcd", cp.startEtcd},
 		{"kube-apiserver", cp.startAPIServer},
 		{"controller-manager and scheduler", cp.startControlPlane},
 		{"nodes", c.startNodes},
-	}
-	for _, s := range steps {
-		start := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, o.Ready)
-		err := s.run(sctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", s.name, err)
-		}
-		cp.logf("cluster: %s up in %s", s.name, time.Since(start).Round(time.Millisecond))
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }

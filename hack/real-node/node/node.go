@@ -230,27 +230,41 @@ func Start(ctx context.Context, o Options) (_ *Node, err error) {
 	}
 	n.makeControlPlaneProcs()
 	n.makeNodeProcs()
-	steps := []struct {
-		name string
-		run  func(context.Context) error
-	}{
+	err = runSteps(ctx, o.Ready, func(name string, took time.Duration) {
+		n.logf("node: %s up in %s", name, took.Round(time.Millisecond))
+	}, []step{
 		{"etcd", n.startEtcd},
 		{"kube-apiserver", n.startAPIServer},
 		{"containerd", n.startContainerd},
 		{"controller-manager and scheduler", n.startControlPlane},
 		{"kubelet", n.startKubelet},
+	})
+	if err != nil {
+		return nil, err
 	}
+	return n, nil
+}
+
+// step is one part of a node or cluster to start, in order.
+type step struct {
+	name string
+	run  func(context.Context) error
+}
+
+// runSteps runs steps in order, each within ready, and tells up how long
+// each took; the first that fails ends it.
+func runSteps(ctx context.Context, ready time.Duration, up func(name string, took time.Duration), steps []step) error {
 	for _, s := range steps {
 		start := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, o.Ready)
+		sctx, cancel := context.WithTimeout(ctx, ready)
 		err := s.run(sctx)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("start %s: %w", s.name, err)
+			return fmt.Errorf("start %s: %w", s.name, err)
 		}
-		n.logf("node: %s up in %s", s.name, time.Since(start).Round(time.Millisecond))
+		up(s.name, time.Since(start))
 	}
-	return n, nil
+	return nil
 }
 
 // newNode is the Node of o whose files are at o.Root as its own processes
