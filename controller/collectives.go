@@ -195,7 +195,7 @@ func (c *collectives) reserve(ctx context.Context, s *Allocator, id string) (*Co
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
 		tok, err = c.cfg.FM.Reserve(ctx, id, c.cfg.AddrsPerJob)
-		c.m.observeHWColl("reserve", err)
+		c.m.observeHWColl(hwcollReserve, err)
 		return err
 	})
 	if err != nil {
@@ -294,7 +294,7 @@ func (c *collectives) release(ctx context.Context, s *Allocator, id string) erro
 	c.mu.Unlock()
 	err := c.retry(ctx, func(ctx context.Context) error {
 		err := c.cfg.FM.Release(ctx, id)
-		c.m.observeHWColl("release", err)
+		c.m.observeHWColl(hwcollRelease, err)
 		return err
 	})
 	if err != nil {
@@ -309,7 +309,7 @@ func (c *collectives) release(ctx context.Context, s *Allocator, id string) erro
 // a takeover or a failing fabric manager left undone.
 func (c *collectives) reconcile(ctx context.Context, s *Allocator) {
 	ids, err := c.cfg.FM.List(ctx)
-	c.m.observeHWColl("list", err)
+	c.m.observeHWColl(hwcollList, err)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("list hardware-collectives reservations; retrying in the next reconcile", "err", err)

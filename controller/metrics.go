@@ -84,6 +84,14 @@ func newMetrics(s *Allocator, reg prometheus.Registerer) *metrics {
 			Help: "Hardware-collectives calls to the fabric manager by op (reserve, release, list) and result (ok, error), retries included; releases of orphans are op release too.",
 		}, []string{"op", "result"}),
 	}
+	// Every op and result from the start, at 0, so that the alerts on
+	// them see a fabric manager that never answered (no "ok" series yet)
+	// and the series exist whether or not collectives are on.
+	for _, op := range []string{hwcollReserve, hwcollRelease, hwcollList} {
+		for _, result := range []string{"ok", "error"} {
+			m.hwcoll.WithLabelValues(op, result)
+		}
+	}
 	if reg == nil {
 		return m
 	}
@@ -186,6 +194,13 @@ func (m *metrics) observeCommit(ops int, d time.Duration, err error) {
 	m.commitTime.Observe(d.Seconds())
 	m.commitBatch.Observe(float64(ops))
 }
+
+// The ops of slingshot_controller_hwcoll_calls_total.
+const (
+	hwcollReserve = "reserve"
+	hwcollRelease = "release"
+	hwcollList    = "list"
+)
 
 func (m *metrics) observeHWColl(op string, err error) {
 	result := "ok"

@@ -154,6 +154,25 @@ var alertCases = []alertCase{
 	{name: "syncs of deleted parents and a few races", alert: "SlingshotHookRefusalsRising", at: 35 * time.Minute,
 		series: `slingshot_controller_hook_refused_total{hook="sync",reason="parent-deleting",instance="a"} 0+5x40
 			slingshot_controller_hook_refused_total{hook="finalize",reason="parent-alive",instance="a"} 0+0.5x40`},
+
+	{name: "every reservation failing", alert: "SlingshotFabricManagerReserveFailing", at: 20 * time.Minute,
+		series: `slingshot_controller_hwcoll_calls_total{op="reserve",result="ok",instance="a"} 5x5 5x20
+			slingshot_controller_hwcoll_calls_total{op="reserve",result="error",instance="a"} 0x5 1+3x20`,
+		want: []map[string]string{{"op": "reserve"}}},
+	{name: "reservations failing at first, never made", alert: "SlingshotFabricManagerReserveFailing", at: 20 * time.Minute,
+		series: `slingshot_controller_hwcoll_calls_total{op="reserve",result="error",instance="a"} 0+2x25`,
+		want:   []map[string]string{{"op": "reserve"}}},
+	{name: "some reservations retried, all made", alert: "SlingshotFabricManagerReserveFailing", at: 20 * time.Minute,
+		series: `slingshot_controller_hwcoll_calls_total{op="reserve",result="ok",instance="a"} 0+1x25
+			slingshot_controller_hwcoll_calls_total{op="reserve",result="error",instance="a"} 0+1x25`},
+	{name: "releases failing", alert: "SlingshotFabricManagerReleaseFailing", at: 60 * time.Minute,
+		series: `slingshot_controller_hwcoll_calls_total{op="release",result="ok",instance="a"} 3x10 3x55
+			slingshot_controller_hwcoll_calls_total{op="release",result="error",instance="a"} 0x10 0+1x55
+			slingshot_controller_hwcoll_calls_total{op="list",result="ok",instance="a"} 0+1x65`,
+		want: []map[string]string{{"op": "release"}}},
+	{name: "releases that got through after retries", alert: "SlingshotFabricManagerReleaseFailing", at: 60 * time.Minute,
+		series: `slingshot_controller_hwcoll_calls_total{op="release",result="ok",instance="a"} 0+1x65
+			slingshot_controller_hwcoll_calls_total{op="release",result="error",instance="a"} 0+2x65`},
 }
 
 // Each alert fires on the series that should fire it, with the labels
