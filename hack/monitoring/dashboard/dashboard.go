@@ -144,6 +144,9 @@ var rows = []row{
 			{`sum(rate(slingshot_controller_commit_failures_total` + ri + `))`, "commit failures"},
 			{`sum by (reason) (rate(slingshot_controller_grpc_limited_total` + ri + `))`, "limited {{reason}}"},
 		}},
+		{title: "Fabric manager", description: "Hardware-collectives calls to the fabric manager per second, by op and result, retries included (flat at 0 with collectives off).", unit: "ops", queries: []query{
+			{`sum by (op, result) (rate(slingshot_controller_hwcoll_calls_total` + ri + `))`, "{{op}} {{result}}"},
+		}},
 	}},
 }
 
