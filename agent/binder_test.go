@@ -162,11 +162,13 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	}
 	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir, events: &eventtest.Recorder{}}
 	r.pods.set()
-	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res)
+	m := newMetrics(time.Now)
+	// As the agent makes it: PreStart waits until the spec is resolvable.
+	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res, cdispec.WaitVisible(cdiVisibleTimeout, m.observeCDIVisible))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newMetrics(time.Now)
+	t.Cleanup(func() { _ = cdiw.Close() })
 	b := &binder{
 		node: "n1", resource: res, logger: testLogger(t),
 		nics: map[string]*nic{}, devNIC: map[string]string{dev0: "cxi0", dev1: "cxi1"},

@@ -188,14 +188,22 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
 	}
 	if cfg.CDIEnabled() {
-		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name)
+		// PreStartContainer's spec is resolved by the runtime a moment
+		// later: wait until it can be (cdispec's package comment).
+		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name, cdispec.WaitVisible(cdiVisibleTimeout, a.m.observeCDIVisible))
 		if err != nil {
 			return err
 		}
+		a.closers = append(a.closers, w)
 		a.b.files.cdi = w
 	}
 	return nil
 }
+
+// cdiVisibleTimeout bounds PreStartContainer's wait for its CDI spec to
+// be resolvable: past it the container may fail closed, and the kubelet
+// retries it.
+const cdiVisibleTimeout = time.Second
 
 // openNIC opens a discovered NIC's driver and adds it to the binder. It
 // reports whether the NIC is served: virtual functions and NICs whose

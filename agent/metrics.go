@@ -37,7 +37,10 @@ type metrics struct {
 	// nicReserved and nicFree are each NIC's reservations, by resource
 	// and pool (reservations.go).
 	nicReserved, nicFree *prometheus.GaugeVec
-	now                  func() time.Time
+	// cdiVisible is how long a written CDI spec took to show in a cache
+	// refreshing as the runtime's does (cdispec.WaitVisible).
+	cdiVisible *prometheus.HistogramVec
+	now        func() time.Time
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -118,6 +121,11 @@ func newMetrics(now func() time.Time) *metrics {
 			Name: "slingshot_agent_events_dropped_total",
 			Help: "Kubernetes events not written because their object's or the agent's rate limit was reached, by reason (the log has each failure).",
 		}, []string{"reason"}),
+		cdiVisible: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slingshot_agent_cdi_visible_seconds",
+			Help:    "Time from writing a container's CDI spec at PreStartContainer until a CDI cache refreshing as the container runtime's does holds it, by result (visible, or timeout: the runtime may not resolve it yet, and the kubelet retries the container).",
+			Buckets: fastBuckets,
+		}, []string{"result"}),
 		cleanupStuck: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slingshot_agent_cleanup_stuck_services",
 			Help: "Services of gone pods (or unprepared claims) still undestroyed past cleanup.drainAfter; while above 0 the node carries the cxi.slingshot.hpe.com/cleanup-stuck:NoSchedule taint.",
@@ -125,6 +133,9 @@ func newMetrics(now func() time.Time) *metrics {
 	}
 	for _, op := range []string{"allocate", "attach", "detach", "release"} {
 		m.hsnErrors.WithLabelValues(op)
+	}
+	for _, r := range []string{"visible", "timeout"} {
+		m.cdiVisible.WithLabelValues(r)
 	}
 	for _, r := range []podwatch.ListResult{podwatch.ListOK, podwatch.ListRateLimited, podwatch.ListError} {
 		m.podLists.WithLabelValues(string(r))
@@ -145,7 +156,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	var errs []error
 	for _, c := range []prometheus.Collector{m.preStart, m.cleanupLatency, m.serviceErrors, m.busyRetries,
 		m.stuckServices, m.checkpointErrors, m.controllerCalls, m.ready, m.nicSpeed, m.podLists, m.podListLatency,
-		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors, m.eventsDropped, m.cleanupStuck, m.nicReserved, m.nicFree} {
+		m.kubeletNudges, m.defaultServiceOpen, m.hsnErrors, m.eventsDropped, m.cleanupStuck, m.nicReserved, m.nicFree, m.cdiVisible} {
 		errs = append(errs, reg.Register(c))
 	}
 	return errors.Join(errs...)
@@ -160,6 +171,15 @@ func result(err error) string {
 
 func (m *metrics) observePreStart(start time.Time, err error) {
 	m.preStart.WithLabelValues(result(err)).Observe(m.now().Sub(start).Seconds())
+}
+
+// observeCDIVisible records a cdispec.WaitVisible wait.
+func (m *metrics) observeCDIVisible(took time.Duration, visible bool) {
+	r := "visible"
+	if !visible {
+		r = "timeout"
+	}
+	m.cdiVisible.WithLabelValues(r).Observe(took.Seconds())
 }
 
 // observeList counts a PodResources List call, for [podwatch.Config.OnList].

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -116,5 +117,55 @@ func TestDeviceNodeAtDev(t *testing.T) {
 	}
 	if spec.Linux == nil || len(spec.Linux.Devices) != 1 || spec.Linux.Devices[0].Path != "/dev/cxi0" {
 		t.Fatalf("devices = %+v, want /dev/cxi0", spec.Linux)
+	}
+}
+
+// TestWaitVisible: with WaitVisible, Write returns once its cache in the
+// runtimes' auto-refresh mode holds the device with the edits written,
+// first and on a rewrite. A cache whose watch is stopped never sees the
+// write, and Write gives up at the timeout, saying so.
+func TestWaitVisible(t *testing.T) {
+	dir := t.TempDir()
+	type wait struct {
+		took    time.Duration
+		visible bool
+	}
+	var waits []wait
+	w, err := New(dir, "hpe.com/cxi", WaitVisible(10*time.Second, func(took time.Duration, visible bool) {
+		waits = append(waits, wait{took, visible})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	key := AllocationKey([]string{"0000:21:00.0"})
+	for _, vni := range []string{"1024", "2048"} {
+		if err := w.Write(key, Edits{Env: []string{"SLINGSHOT_VNIS=" + vni}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(waits) == 0 || !waits[len(waits)-1].visible {
+			t.Fatalf("VNI %s: waits %+v, want the last visible", vni, waits)
+		}
+		if d := w.view.GetDevice(w.DeviceName(key)); d == nil || !slices.Equal(d.ContainerEdits.Env, []string{"SLINGSHOT_VNIS=" + vni}) {
+			t.Fatalf("VNI %s: the view has %+v once Write returned", vni, d)
+		}
+	}
+
+	// The watch stopped: nothing refreshes the view, and Write times out.
+	stopped, err := New(dir, "hpe.com/cxi", WaitVisible(20*time.Millisecond, func(took time.Duration, visible bool) {
+		waits = append(waits, wait{took, visible})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stopped.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := len(waits)
+	if err := stopped.Write(AllocationKey([]string{"0000:41:00.0"}), Edits{Env: []string{"SLINGSHOT_VNIS=4096"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(waits) != n+1 || waits[n].visible || waits[n].took < 20*time.Millisecond {
+		t.Fatalf("waits %+v, want one more, not visible, after the 20ms timeout", waits[n:])
 	}
 }
