@@ -41,6 +41,14 @@ func TestBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cdiWaits := func(result string) float64 {
+		n, err := env.AgentCounter(ctx, "slingshot_agent_cdi_visible_seconds", map[string]string{"result": result})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	visible0, timeouts0 := cdiWaits("visible"), cdiWaits("timeout")
 	start := time.Now()
 	if _, err := env.RunJob(ctx, ns, cluster.Job("burst", pods, 1)); err != nil {
 		t.Fatal(err)
@@ -60,6 +68,8 @@ func TestBurst(t *testing.T) {
 	if errs > 0 {
 		t.Errorf("the kubelet answered %.0f PodResources Lists with an error", errs)
 	}
+	// PreStart's wait for its CDI spec to be resolvable (cdispec.WaitVisible).
+	t.Logf("CDI specs seen resolvable before PreStart returned: %.0f, given up on: %.0f", cdiWaits("visible")-visible0, cdiWaits("timeout")-timeouts0)
 	if calls/took.Seconds() > 20 {
 		t.Errorf("%.1f PodResources Lists/s during the burst, want well under the kubelet's 100/s", calls/took.Seconds())
 	}
