@@ -169,3 +169,40 @@ func TestWaitVisible(t *testing.T) {
 		t.Fatalf("waits %+v, want one more, not visible, after the 20ms timeout", waits[n:])
 	}
 }
+
+// BenchmarkWriteVisible is one spec written with WaitVisible beside
+// others already in the directory: the runtimes' auto-refresh cache (and
+// WaitVisible's) rescans every spec at each change, so the wait, and the
+// CPU the view spends, grow with the specs on the node.
+func BenchmarkWriteVisible(b *testing.B) {
+	for _, others := range []int{0, 64, 256} {
+		b.Run(fmt.Sprintf("others=%d", others), func(b *testing.B) {
+			dir := b.TempDir()
+			var waited time.Duration
+			w, err := New(dir, "hpe.com/cxi", WaitVisible(10*time.Second, func(took time.Duration, visible bool) {
+				if !visible {
+					b.Fatal("spec not visible within 10 s")
+				}
+				waited += took
+			}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = w.Close() })
+			env := []string{"SLINGSHOT_VNIS=1024,900", "SLINGSHOT_SVC_IDS=12,13", "SLINGSHOT_TCS=0x6", "SLINGSHOT_DEVICES=cxi0,cxi1"}
+			for i := range others {
+				if err := w.Write(fmt.Sprintf("other%04d", i), Edits{Env: env}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			waited = 0
+			b.ResetTimer()
+			for i := range b.N {
+				if err := w.Write(fmt.Sprintf("pod%d", i%8), Edits{Env: append(env, fmt.Sprintf("N=%d", i))}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(waited.Microseconds())/float64(b.N), "wait-µs/op")
+		})
+	}
+}
