@@ -188,9 +188,16 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
 	}
 	if cfg.CDIEnabled() {
-		// PreStartContainer's spec is resolved by the runtime a moment
-		// later: wait until it can be (cdispec's package comment).
-		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name, cdispec.WaitVisible(cdiVisibleTimeout, a.m.observeCDIVisible))
+		var opts []cdispec.Option
+		if a.opts.API != APIDRA {
+			// PreStartContainer's spec is resolved by the runtime a
+			// moment later: wait until it can be (cdispec's package
+			// comment). DRA's specs are written at Prepare, long before,
+			// and the wait's cache would rescan at each of them for
+			// nothing.
+			opts = append(opts, cdispec.WaitVisible(cdiVisibleTimeout, a.m.observeCDIVisible))
+		}
+		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name, opts...)
 		if err != nil {
 			return err
 		}
