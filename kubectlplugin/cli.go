@@ -64,7 +64,7 @@ Usage:
 Commands:
   vnis    every job VNI lease (owner, VNI, scope, nodes holding it) and the VNIs in quarantine
   pod     one pod's VNI, NICs, CXI services per NIC and hsn address, from the agent on its node
-  nodes   each node's NIC health, services, pod VNI pool and IP slices, and taints
+  nodes   each node's NIC health, services, free TLE pools, pod VNI pool and IP slices, and taints
 
 Run "kubectl slingshot COMMAND --help" for a command's flags and the RBAC it needs.
 `
@@ -83,7 +83,8 @@ Needs: list vnileases, vniquarantines and storejournals
 Usage:
   kubectl slingshot vnis [-n OWNER-NAMESPACE] [-o json]
 `,
-	"pod": `kubectl slingshot pod: one pod's VNI, NICs, CXI services and hsn address.
+	"pod": `kubectl slingshot pod: one pod's VNI, NICs, CXI services (VNIs, traffic
+classes, reservations), hardware collectives and hsn address.
 
 Asks the slingshot agent on the pod's node (by running
 "slingshot-agent inspect --json" in the agent's pod through the API

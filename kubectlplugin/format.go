@@ -168,7 +168,7 @@ func WritePod(w io.Writer, v *PodView) error {
 // reports.
 func WriteNodes(w io.Writer, nodes []NodeView) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NODE\tAGENT\tNICS\tUNHEALTHY\tSERVICES\tPODS\tPOD VNI POOL\tIP POOLS\tTAINTS")
+	fmt.Fprintln(tw, "NODE\tAGENT\tNICS\tUNHEALTHY\tSERVICES\tPODS\tTLE POOLS\tPOD VNI POOL\tIP POOLS\tTAINTS")
 	var errs []string
 	for _, n := range nodes {
 		taints := orDash(strings.Join(n.Taints, ","))
@@ -179,11 +179,11 @@ func WriteNodes(w io.Writer, nodes []NodeView) error {
 				state = "error"
 				errs = append(errs, fmt.Sprintf("%s: %s", n.Name, n.Error))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", n.Name, state, taints)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", n.Name, state, taints)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", n.Name, readyString(r.Ready), nicsString(r.NICs), unhealthy(r.NICs),
-			podServices(r), len(r.Pods)+len(r.Claims), poolString(r.PodVNIPool), ipPools(r), taints)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Name, readyString(r.Ready), nicsString(r.NICs), unhealthy(r.NICs),
+			podServices(r), len(r.Pods)+len(r.Claims), tlePools(r.Reservations), poolString(r.PodVNIPool), ipPools(r), taints)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -201,6 +201,23 @@ func readyString(ready bool) string {
 		return "ready"
 	}
 	return "not ready"
+}
+
+// tlePools is the node's free TLE pools over all it has, "5/8 free": a
+// pod reserving TLEs needs one of its own on each NIC it binds (at most 3
+// per NIC, the default service holding one); "-" when the agent reports
+// no reservations.
+func tlePools(rs []inspect.Reservation) string {
+	free, all, seen := 0, 0, false
+	for _, r := range rs {
+		if r.Resource == "TLE pools" {
+			free, all, seen = free+r.Free, all+r.Max, true
+		}
+	}
+	if !seen {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d free", free, all)
 }
 
 // nicsString is "healthy/total healthy".

@@ -55,6 +55,11 @@ func fixtureReport() *inspect.Report {
 				Services: []string{"cxi1:20@4026532222"}, BoundPod: "uid-c", State: "bound"},
 		},
 		PodVNIPool: &inspect.Pool{Free: 60, Total: 64},
+		Reservations: []inspect.Reservation{
+			{NIC: "cxi0", Resource: "LE pools", Max: 16, Reserved: 2, Free: 14},
+			{NIC: "cxi0", Resource: "TLE pools", Max: 4, Reserved: 2, Free: 2},
+			{NIC: "cxi1", Resource: "TLE pools", Max: 4, Reserved: 1, Free: 3},
+		},
 		IPAM: &ipam.Snapshot{
 			Pools: []ipam.PoolInfo{{Name: "hsn", Slices: []ipam.SliceInfo{{Index: 3, Used: 1, Fill: 0.0625}}}},
 			Allocations: []ipam.Allocation{
@@ -232,10 +237,10 @@ cxi1  13   yes      1042      -    -                        netns=4026532000
 `,
 	}, {
 		name: "nodes", write: func(b *strings.Builder) error { return WriteNodes(b, nodes) },
-		want: `NODE   AGENT  NICS         UNHEALTHY         SERVICES  PODS  POD VNI POOL  IP POOLS          TAINTS
-login  none   -            -                 -         -     -             -                 -
-n1     ready  1/2 healthy  cxi1 (link down)  4         3     60/64 free    hsn:1 in 1 slice  -
-n2     error  -            -                 -         -     -             -                 hpe.com/fabric=down:NoSchedule
+		want: `NODE   AGENT  NICS         UNHEALTHY         SERVICES  PODS  TLE POOLS  POD VNI POOL  IP POOLS          TAINTS
+login  none   -            -                 -         -     -          -             -                 -
+n1     ready  1/2 healthy  cxi1 (link down)  4         3     5/8 free   60/64 free    hsn:1 in 1 slice  -
+n2     error  -            -                 -         -     -          -             -                 hpe.com/fabric=down:NoSchedule
 error: node n2: exec in agent: permission denied
 `,
 	}}
