@@ -1,66 +1,20 @@
 package hsnlink
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // Every test works in namespaces of its own: one standing for the host,
 // with a veth pair standing for the hsn netdev (this kernel has no dummy
 // module), and one per pod. The real host's links are never touched.
-
-// newNS returns a new network namespace held only by the returned file,
-// which the test's cleanup closes, destroying the namespace. It is made on
-// a thread of its own, locked and never unlocked, which ends with its
-// goroutine: the test's threads never enter it.
-func newNS(t testing.TB) *os.File {
-	t.Helper()
-	var f *os.File
-	err := onThread(func() error {
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("unshare: %w", err)
-		}
-		var err error
-		f, err = os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("new network namespace: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
-// onThread runs f on a goroutine locked to its thread and never unlocked,
-// so that whatever namespace f switches the thread into dies with it, and
-// returns f's error.
-func onThread(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		done <- f()
-	}()
-	return <-done
-}
-
-// inNS runs f on a thread in the namespace of ns and returns its error.
-func inNS(ns *os.File, f func() error) error {
-	fd := int(ns.Fd())
-	return onThread(func() error {
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("setns: %w", err)
-		}
-		return f()
-	})
-}
 
 // env is a stand-in host: a namespace with the veth "hsn0" (peer
 // "hsnpeer"), both up so that children on hsn0 have carrier.
@@ -74,7 +28,7 @@ const testParent = "hsn0"
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{t: t, host: newNS(t)}
+	e := &env{t: t, host: testenv.NewNetNS(t)}
 	e.hostNL = nlIn(t, e.host)
 	e.addVeth(testParent, "hsnpeer")
 	return e
@@ -112,11 +66,11 @@ func nlIn(t testing.TB, ns *os.File) *netlink.Handle {
 // attach, check: the package's calls, made from a thread in the stand-in
 // host, where they look for the parent.
 func (e *env) attach(pod Namespace, s Spec) error {
-	return inNS(e.host, func() error { return Attach(pod, s) })
+	return testenv.InNetNS(e.host, func() error { return Attach(pod, s) })
 }
 
 func (e *env) check(pod Namespace, s Spec) error {
-	return inNS(e.host, func() error { return Check(pod, s) })
+	return testenv.InNetNS(e.host, func() error { return Check(pod, s) })
 }
 
 func (e *env) hostLinks() []string {

@@ -10,12 +10,14 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 func TestAttach(t *testing.T) {
 	e := newEnv(t)
 	hostBefore := e.hostLinks()
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	podNL := nlIn(t, pod)
 	s := spec("10.150.3.7/16")
 
@@ -51,7 +53,7 @@ func equalState(a, b podState) bool {
 
 func TestAttachNameAndMTU(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	podNL := nlIn(t, pod)
 	s := Spec{Parent: testParent, Name: "net1", Address: netip.MustParsePrefix("10.150.3.7/16"), MTU: 1400}
 	if err := e.attach(pod, s); err != nil {
@@ -71,7 +73,7 @@ func TestAttachNameAndMTU(t *testing.T) {
 
 func TestAttachIPv6(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	s := spec("fd00:150::7/64")
 	if err := e.attach(pod, s); err != nil {
 		t.Fatalf("Attach: %v", err)
@@ -89,7 +91,7 @@ func TestAttachIPv6(t *testing.T) {
 // crash half-way (link down, or no address yet) finishes the work.
 func TestAttachIdempotent(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	podNL := nlIn(t, pod)
 	s := spec("10.150.3.7/16")
 	for i := range 2 {
@@ -176,7 +178,7 @@ func TestAttachMismatch(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			pod := newNS(t)
+			pod := testenv.NewNetNS(t)
 			c.setup(t, e, pod)
 			before := linkNames(t, nlIn(t, pod))
 			err := e.attach(pod, c.spec)
@@ -222,7 +224,7 @@ func madeMacvlan(mode netlink.MacvlanMode) func(*testing.T, *env, *os.File) {
 
 func TestAttachParentMissing(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	s := spec("10.150.3.7/16")
 	s.Parent = "hsn9"
 	err := e.attach(pod, s)
@@ -246,8 +248,8 @@ func TestAttachParentMissing(t *testing.T) {
 func TestAttachUndoes(t *testing.T) {
 	e := newEnv(t)
 	hostBefore := e.hostLinks()
-	pod := newNS(t)
-	err := inNS(pod, func() error {
+	pod := testenv.NewNetNS(t)
+	err := testenv.InNetNS(pod, func() error {
 		// net sysctls are those of the opening thread's namespace.
 		return os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0)
 	})
@@ -267,7 +269,7 @@ func TestAttachUndoes(t *testing.T) {
 }
 
 func TestAttachInvalidSpec(t *testing.T) {
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	// Refused before any netlink: no host namespace needed.
 	err := Attach(pod, Spec{Parent: "hsn0"})
 	if !errors.Is(err, ErrInvalidSpec) {
@@ -277,7 +279,7 @@ func TestAttachInvalidSpec(t *testing.T) {
 
 func TestDetach(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	podNL := nlIn(t, pod)
 	if err := e.attach(pod, spec("10.150.3.7/16")); err != nil {
 		t.Fatal(err)
@@ -295,7 +297,7 @@ func TestDetach(t *testing.T) {
 
 func TestDetachGoneNamespace(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	if err := e.attach(pod, spec("10.150.3.7/16")); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +317,7 @@ func TestDetachGoneNamespace(t *testing.T) {
 }
 
 func TestDetachNotOurs(t *testing.T) {
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	podNL := nlIn(t, pod)
 	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: DefaultName}, PeerName: "other"}
 	if err := podNL.LinkAdd(v); err != nil {
@@ -343,7 +345,7 @@ func TestDetachNotNetns(t *testing.T) {
 
 func TestCheck(t *testing.T) {
 	e := newEnv(t)
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	base := spec("10.150.3.7/16")
 	if err := e.attach(pod, base); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slingshot-k8s/slingshot/internal/testenv"
 )
 
 // ioTimeout bounds each network step of the reachability tests, so that a
@@ -29,7 +31,7 @@ func TestPodsReachEachOther(t *testing.T) {
 func TestIPVLAN(t *testing.T) {
 	e := newEnv(t)
 	hostBefore := e.hostLinks()
-	pod := newNS(t)
+	pod := testenv.NewNetNS(t)
 	s := spec("10.150.3.7/16")
 	s.Mode = IPVLAN
 	err := e.attach(pod, s)
@@ -56,7 +58,7 @@ func TestIPVLAN(t *testing.T) {
 
 func testReach(t *testing.T, mode Mode) {
 	e := newEnv(t)
-	server, client := newNS(t), newNS(t)
+	server, client := testenv.NewNetNS(t), testenv.NewNetNS(t)
 	addrs := map[*os.File]string{server: "10.150.3.7/16", client: "10.150.3.8/16"}
 	for ns, a := range addrs {
 		s := spec(a)
@@ -68,7 +70,7 @@ func testReach(t *testing.T, mode Mode) {
 	serverAddr := netip.MustParsePrefix(addrs[server]).Addr()
 
 	var ln net.Listener
-	err := inNS(server, func() error {
+	err := testenv.InNetNS(server, func() error {
 		var err error
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(serverAddr, 0).String())
 		return err
@@ -81,7 +83,7 @@ func testReach(t *testing.T, mode Mode) {
 	go func() { served <- echoOnce(ln) }()
 
 	var conn net.Conn
-	err = inNS(client, func() error {
+	err = testenv.InNetNS(client, func() error {
 		var err error
 		conn, err = net.DialTimeout("tcp", ln.Addr().String(), ioTimeout)
 		return err

@@ -49,7 +49,7 @@ func newE2E(t testing.TB) *e2e {
 	if _, err := os.Stat(filepath.Join(debianCNI, "macvlan")); err != nil {
 		testenv.RequirePrivileged(t, fmt.Sprintf("no Debian CNI plugins: %v (apt-get install containernetworking-plugins)", err))
 	}
-	e := &e2e{t: t, agent: startAgent(t), host: newNS(t), pod: newNS(t), pluginDir: buildPlugin(t)}
+	e := &e2e{t: t, agent: startAgent(t), host: testenv.NewNetNS(t), pod: testenv.NewNetNS(t), pluginDir: buildPlugin(t)}
 	e.hostNL, e.podNL = nlIn(t, e.host), nlIn(t, e.pod)
 	addVeth(t, e.hostNL, "hsn0", "hsnpeer")
 	// libcni's cache of results, under the test's directory, not /var/lib/cni.
@@ -80,7 +80,7 @@ func (e *e2e) rt(containerID string) *libcni.RuntimeConf {
 // the plugins it starts find hsn0 there.
 func (e *e2e) add(list *libcni.NetworkConfigList, containerID string) (*types100.Result, error) {
 	var res *types100.Result
-	err := inNS(e.host, func() error {
+	err := testenv.InNetNS(e.host, func() error {
 		r, err := e.cni.AddNetworkList(context.Background(), list, e.rt(containerID))
 		if err != nil {
 			return err
@@ -92,11 +92,11 @@ func (e *e2e) add(list *libcni.NetworkConfigList, containerID string) (*types100
 }
 
 func (e *e2e) check(list *libcni.NetworkConfigList, containerID string) error {
-	return inNS(e.host, func() error { return e.cni.CheckNetworkList(context.Background(), list, e.rt(containerID)) })
+	return testenv.InNetNS(e.host, func() error { return e.cni.CheckNetworkList(context.Background(), list, e.rt(containerID)) })
 }
 
 func (e *e2e) del(list *libcni.NetworkConfigList, containerID string) error {
-	return inNS(e.host, func() error { return e.cni.DelNetworkList(context.Background(), list, e.rt(containerID)) })
+	return testenv.InNetNS(e.host, func() error { return e.cni.DelNetworkList(context.Background(), list, e.rt(containerID)) })
 }
 
 // podAddress returns the one IPv4 address of the pod's interface.

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // The end-to-end tests work in network namespaces of their own: one
@@ -19,54 +17,8 @@ import (
 // pod. The real host's links are never touched: the CNI plugins run as
 // children of a thread that has entered the stand-in host.
 
-// newNS returns a new network namespace held only by the returned file,
-// which the test's cleanup closes, destroying the namespace and its
-// links. It is made on a thread of its own, locked and never unlocked,
-// which ends with its goroutine: no other thread of the test enters it.
-func newNS(t testing.TB) *os.File {
-	t.Helper()
-	var f *os.File
-	err := onThread(func() error {
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("unshare: %w", err)
-		}
-		var err error
-		f, err = os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		return err
-	})
-	if err != nil {
-		t.Fatalf("new network namespace: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
 // nsPath names the namespace held by f for a child process, as CNI_NETNS.
 func nsPath(f *os.File) string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd()) }
-
-// onThread runs f on a goroutine locked to its thread and never unlocked,
-// so that the namespace f switches the thread into dies with it, and
-// returns f's error.
-func onThread(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		done <- f()
-	}()
-	return <-done
-}
-
-// inNS runs f on a thread in the namespace of ns: the processes f starts
-// are born there.
-func inNS(ns *os.File, f func() error) error {
-	fd := int(ns.Fd())
-	return onThread(func() error {
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			return fmt.Errorf("setns: %w", err)
-		}
-		return f()
-	})
-}
 
 // nlIn returns a netlink handle in the namespace of ns, closed at cleanup.
 func nlIn(t testing.TB, ns *os.File) *netlink.Handle {
