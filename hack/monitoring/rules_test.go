@@ -88,6 +88,15 @@ var alertCases = []alertCase{
 	{name: "one stuck round, then freed", alert: "SlingshotServicesStuck", at: 25 * time.Minute,
 		series: `slingshot_agent_stuck_services_total{node="n1"} 0x4 1x40`},
 
+	{name: "specs given up on", alert: "SlingshotCDISpecsLate", at: 20 * time.Minute,
+		series: `slingshot_agent_cdi_visible_seconds_count{node="n1",result="timeout"} 0x5 1+1x20
+			slingshot_agent_cdi_visible_seconds_count{node="n1",result="visible"} 0+30x25
+			slingshot_agent_cdi_visible_seconds_count{node="n2",result="timeout"} 0x25`,
+		want: []map[string]string{{"node": "n1", "result": "timeout"}}},
+	{name: "every spec visible", alert: "SlingshotCDISpecsLate", at: 20 * time.Minute,
+		series: `slingshot_agent_cdi_visible_seconds_count{node="n1",result="timeout"} 0x25
+			slingshot_agent_cdi_visible_seconds_count{node="n1",result="visible"} 0+30x25`},
+
 	// Every cleanup between 65 s and 131 s: p99 about 130 s.
 	{name: "cleanups over a minute", alert: "SlingshotCleanupSlow", at: 35 * time.Minute,
 		series: `slingshot_agent_cleanup_duration_seconds_bucket{node="n1",instance="i1",le="1.024"} 0x40

@@ -85,6 +85,9 @@ var rows = []row{
 		{title: "PreStart p99", description: "Time to bind a container at PreStartContainer (device-plugin API), by result.", unit: "s", queries: []query{
 			{p99("slingshot_agent_prestart_duration_seconds", "result, ", nodeSel), "{{result}}"},
 		}},
+		{title: "CDI spec visible p99", description: "PreStartContainer's wait until its CDI spec is in a cache refreshing as the runtime's (device-plugin API); timeout: given up after 1 s.", unit: "s", queries: []query{
+			{p99("slingshot_agent_cdi_visible_seconds", "result, ", nodeSel), "{{result}}"},
+		}},
 		{title: "DRA operations p99", description: "Prepare, unprepare (per claim) and bind (per pod sandbox) of --api=dra.", unit: "s", queries: []query{
 			{p99("slingshot_agent_dra_operation_seconds", "op, ", nodeSel), "{{op}}"},
 		}},
