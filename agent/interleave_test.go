@@ -323,13 +323,12 @@ func (w *world) nicState(nicName string) optionstest.NIC {
 
 // driverServices are the IDs of every service on the NICs, by NIC.
 func (w *world) driverServices() map[string][]uint32 {
-	out := map[string][]uint32{}
-	for _, nicName := range []string{"cxi0", "cxi1"} {
-		for _, s := range w.simServices(nicName) {
-			out[nicName] = append(out[nicName], s.Desc.SvcID)
-		}
+	w.t.Helper()
+	ids, err := optionstest.ServiceIDs(w.r.sims)
+	if err != nil {
+		w.t.Fatal(err)
 	}
-	return out
+	return ids
 }
 
 // checkRefusedLeftNothing fails the test unless a pod whose bind failed

@@ -370,13 +370,12 @@ func (w *draWorld) simServices(nic string) []sim.Service {
 
 // driverServices are the IDs of every service on the NICs, by NIC.
 func (w *draWorld) driverServices() map[string][]uint32 {
-	out := map[string][]uint32{}
-	for _, nic := range []string{"cxi0", "cxi1"} {
-		for _, s := range w.simServices(nic) {
-			out[nic] = append(out[nic], s.Desc.SvcID)
-		}
+	w.t.Helper()
+	ids, err := optionstest.ServiceIDs(w.r.sims)
+	if err != nil {
+		w.t.Fatal(err)
 	}
-	return out
+	return ids
 }
 
 // checkRefusedLeftNothing fails the test unless a claim whose Prepare

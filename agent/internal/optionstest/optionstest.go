@@ -446,3 +446,19 @@ func HoldPools(dev *sim.Device, lePools, tlePools int, les uint16) error {
 	}
 	return nil
 }
+
+// ServiceIDs are the IDs of every service on the simulated NICs, by NIC:
+// what a refused holder must leave as it found it.
+func ServiceIDs(sims map[string]*sim.Device) (map[string][]uint32, error) {
+	out := map[string][]uint32{}
+	for name, dev := range sims {
+		svcs, err := dev.Services()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, s := range svcs {
+			out[name] = append(out[name], s.Desc.SvcID)
+		}
+	}
+	return out, nil
+}
