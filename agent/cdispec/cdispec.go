@@ -87,10 +87,12 @@ func New(dir, kind string, opts ...Option) (*Writer, error) {
 		o(w)
 	}
 	if w.waitFor > 0 {
-		// Auto-refresh, as the runtimes configure the library. Errors
-		// here are the spec files' (another vendor's bad spec), which the
-		// runtime's cache meets too.
-		w.view, _ = cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(true))
+		// Auto-refresh, as the runtimes configure the library. A bad
+		// spec file (another vendor's) is kept in the cache's own
+		// errors, as the runtime's cache keeps it, not returned here.
+		if w.view, err = cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(true)); err != nil {
+			return nil, fmt.Errorf("cdi cache %s (auto-refresh): %w", dir, err)
+		}
 	}
 	return w, nil
 }
