@@ -52,7 +52,8 @@ func (e *Env) DeleteNamespace(ctx context.Context, ns string) error {
 }
 
 // TestNamespace makes a namespace with a generated name for the test tb
-// and deletes it at its end, not waiting for it to go.
+// and deletes it at its end, not waiting for it to go (a failed delete is
+// logged: the name is never used again).
 func (e *Env) TestNamespace(tb testing.TB, prefix string) string {
 	tb.Helper()
 	ns, err := e.NewNamespace(tb.Context(), prefix)
@@ -62,7 +63,9 @@ func (e *Env) TestNamespace(tb testing.TB, prefix string) string {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(tb.Context()), time.Minute)
 		defer cancel()
-		_ = e.DeleteNamespace(ctx, ns)
+		if err := e.DeleteNamespace(ctx, ns); err != nil {
+			tb.Logf("delete namespace %s: %v", ns, err)
+		}
 	})
 	return ns
 }
