@@ -32,6 +32,16 @@ func (d *timedDriver) Create(ctx context.Context, s cxi.ServiceSpec) (cxi.Servic
 	return d.serviceDriver.Create(ctx, s)
 }
 
+func (d *timedDriver) CreateUnbound(ctx context.Context, s cxi.ServiceSpec) (cxi.Service, error) {
+	defer d.time(time.Now())
+	return d.serviceDriver.CreateUnbound(ctx, s)
+}
+
+func (d *timedDriver) Bind(ctx context.Context, id, inode uint32) (cxi.Service, error) {
+	defer d.time(time.Now())
+	return d.serviceDriver.Bind(ctx, id, inode)
+}
+
 func (d *timedDriver) Destroy(ctx context.Context, id uint32) error {
 	defer d.time(time.Now())
 	return d.serviceDriver.Destroy(ctx, id)

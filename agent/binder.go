@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,14 +22,9 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
-// serviceDriver is what the pod path needs of one NIC's CXI services;
-// *cxi.Client is one.
-type serviceDriver interface {
-	Create(ctx context.Context, spec cxi.ServiceSpec) (cxi.Service, error)
-	Destroy(ctx context.Context, id uint32) error
-	Get(ctx context.Context, id uint32) (cxi.Service, error)
-	List(ctx context.Context) ([]cxi.Service, error)
-}
+// serviceDriver is one NIC's CXI services; *cxi.Client is one. Only the
+// engine's Fabric (b.fab) calls it.
+type serviceDriver = engine.Driver
 
 // vniLeaser is what the pod path needs of the controller;
 // *controllerclient.Client is one.
@@ -108,6 +104,9 @@ type binder struct {
 	// claims in DRA mode), ns keeps the namespaces services name open:
 	// both are the engine's, shared with the DRA front end.
 	leases *engine.Leases
+	// fab creates, binds and destroys the pods' services: the engine's,
+	// over nics.
+	fab    *engine.Fabric
 	pods   podFinder
 	netns  netnsFinder
 	ns     engine.Namespaces
@@ -135,8 +134,27 @@ func (b *binder) policy() policy { return *b.pol.Load() }
 
 func (b *binder) setPolicy(p policy) { b.pol.Store(&p) }
 
-// useStore makes st the binder's record.
-func (b *binder) useStore(st *checkpoint.Store) { b.store = st }
+// useStore makes st the binder's record, and the engine's services
+// (b.fab) drive the NICs in b.nics, counting into b.metrics: the NICs are
+// opened first.
+func (b *binder) useStore(st *checkpoint.Store) {
+	b.store = st
+	st.OnWriteError(func(error) { b.metrics.checkpointErrors.Inc() })
+	b.fab = engine.NewFabric(nicSet{b}, b.metrics.engine(), st.ForgetReused, b.logger)
+}
+
+// nicSet is the binder's NICs as the engine's Fabric reads them.
+type nicSet struct{ b *binder }
+
+func (s nicSet) Driver(name string) (engine.Driver, bool) {
+	n, ok := s.b.nics[name]
+	if !ok {
+		return nil, false
+	}
+	return n.drv, true
+}
+
+func (s nicSet) Names() []string { return slices.Sorted(maps.Keys(s.b.nics)) }
 
 // useLeaser leases through l, counting the recorded pods as the holders
 // of their leases; the store is set first.
@@ -149,14 +167,8 @@ func (b *binder) useLeaser(l vniLeaser) {
 	}
 }
 
-// save writes the record durably, counting failures.
-func (b *binder) save() error {
-	if err := b.store.Save(); err != nil {
-		b.metrics.checkpointErrors.Inc()
-		return err
-	}
-	return nil
-}
+// save writes the record durably; the store counts failures.
+func (b *binder) save() error { return b.store.Save() }
 
 // update changes key's record in memory. A change that breaks the
 // store's rules is not made: the error fails the step that needed it.
@@ -245,7 +257,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 			return err
 		}
 	}
-	created, err := b.ensureServices(ctx, key, nics, member, netns)
+	created, err := b.ensureServices(ctx, key, nics, member, handle)
 	if err == nil {
 		err = b.ensureHSN(ctx, key, resource, pod, nics, handle)
 	}
@@ -389,26 +401,34 @@ func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, nsH
 	return cxi.Member{}, nil, fmt.Errorf("%w %s: %w; configure membership.fallbackUID or fallbackGID to allow a UID/GID member", ErrNoMember, pod.Key(), nsErr)
 }
 
-// ensureServices makes sure key's record has a live service on each NIC,
-// with the right member. It returns the services it created in this call.
-func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, member cxi.Member, netns uint32) ([]checkpoint.Service, error) {
+// ensureServices makes sure key's record has a service on each NIC,
+// carrying the pod's VNIs and admitting its namespace h alone (the
+// fallback member where h is nil): one that does is kept, an unbound one
+// (made again by a restart that could not verify the namespace) is bound,
+// and one admitting anything else is destroyed and made again, unbound
+// and then bound, so that no service names an old namespace once a new
+// one is recorded. It returns the services it created in this call.
+func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, member cxi.Member, h nsHandle) ([]checkpoint.Service, error) {
 	entry, ok := b.store.Get(key)
 	if !ok || entry.VNI == 0 {
 		return nil, nil // the pod opted out of a VNI: no service to make
 	}
-	// Services that cannot stay go first, all of them, so that no service
-	// names an old namespace once a new one is recorded.
-	stale := entry.Netns != netns // the sandbox, and so its netns, was recreated
+	vnis := entry.Options.VNIs(entry.VNI)
 	var missing []*nic
+	var unbound []engine.Target
 	for _, n := range nics {
 		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
 		if i >= 0 {
-			keep, err := b.checkService(ctx, n, entry.Services[i].ID, entry.Options.VNIs(entry.VNI), stale)
+			state, err := b.serviceState(ctx, n.name, entry.Services[i].ID, vnis, member)
 			if err != nil {
 				return nil, err
 			}
-			if keep {
+			switch state {
+			case serviceReady:
 				continue // a restarted container: the service is there
+			case serviceUnbound:
+				unbound = append(unbound, engine.Target{NIC: n.name, ID: entry.Services[i].ID})
+				continue
 			}
 			if _, err := b.update(key, func(p *checkpoint.Pod) {
 				p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
@@ -422,62 +442,75 @@ func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, me
 	if err != nil {
 		return nil, fmt.Errorf("services of %s: %w", key, err)
 	}
-	spec.Members = []cxi.Member{member}
+	netns := engine.InodeOf(h)
+	if h == nil {
+		spec.Members = []cxi.Member{member} // the fallback UID or GID
+	}
+	// The record names the namespace before any service may admit it, so
+	// that a crash leaves nothing a restart cannot recognise.
+	if _, err := b.update(key, func(p *checkpoint.Pod) { p.Netns = netns }); err != nil {
+		return nil, err
+	}
 	var created []checkpoint.Service
 	for _, n := range missing {
-		svc, err := n.drv.Create(ctx, spec)
+		id, err := b.fab.Create(ctx, n.name, spec)
 		if err != nil {
-			b.metrics.serviceErrors.WithLabelValues(n.name, createOp(err)).Inc()
-			return created, fmt.Errorf("create service on %s for %s: %w", n.name, key, err)
+			return created, fmt.Errorf("services of %s: %w", key, err)
 		}
-		rec := checkpoint.Service{NIC: n.name, ID: svc.ID, VNIs: slices.Clone(spec.VNIs)}
-		if stale := b.store.ForgetReused(n.name, svc.ID); len(stale) > 0 {
-			b.logger.Info("the driver reused a destroyed service's ID; its old record entry goes", "nic", n.name, "id", svc.ID, "records", stale)
-		}
-		if _, err := b.update(key, func(p *checkpoint.Pod) {
-			p.Services = append(p.Services, rec)
-			p.Netns = netns
-		}); err != nil {
+		rec := checkpoint.Service{NIC: n.name, ID: id, VNIs: slices.Clone(spec.VNIs)}
+		if _, err := b.update(key, func(p *checkpoint.Pod) { p.Services = append(p.Services, rec) }); err != nil {
 			// Unrecorded, the service would be nobody's: it goes now.
-			if derr := n.drv.Destroy(ctx, svc.ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
-				err = fmt.Errorf("%w; and destroying the unrecorded service %d on %s: %w (the start-up reconcile adopts or destroys it)", err, svc.ID, n.name, derr)
+			if derr := b.fab.Destroy(ctx, n.name, id); derr != nil {
+				err = fmt.Errorf("%w; and destroying the unrecorded service: %w (the start-up reconcile destroys it)", err, derr)
 			}
 			return created, err
 		}
 		created = append(created, rec)
+		if h != nil {
+			unbound = append(unbound, engine.Target{NIC: n.name, ID: id})
+		}
+	}
+	if h != nil && len(unbound) > 0 {
+		// The handle is the engine's from here: kept while a service may
+		// admit its namespace.
+		if _, err := b.fab.Bind(ctx, &b.ns, key, h, unbound); err != nil {
+			return created, fmt.Errorf("services of %s: %w", key, err)
+		}
 	}
 	return created, nil
 }
 
-// createOp is the op label of a failed Create in serviceErrors:
-// "create_conflict" when another service's VNI range holds the pod's VNI
-// (the error names that service; retrying cannot help until its owner
-// removes it), "create" otherwise.
-func createOp(err error) string {
-	if _, ok := errors.AsType[*cxi.ConflictError](err); ok {
-		return "create_conflict"
-	}
-	return "create"
-}
+// serviceState is what a recorded service is good for.
+type serviceState int
 
-// checkService reports whether a recorded service can be kept: it is
-// there, carries every VNI of vnis and its member is current. One that
-// cannot is destroyed.
-func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vnis []uint16, stale bool) (bool, error) {
-	svc, err := n.drv.Get(ctx, id)
+const (
+	serviceGone    serviceState = iota // gone, or destroyed now: make another
+	serviceReady                       // admits the member alone: keep it
+	serviceUnbound                     // admits nobody yet: bind it
+)
+
+// serviceState reads service id on nic and tells whether it can be kept:
+// it carries every VNI of vnis and admits member alone (ready) or nobody
+// (unbound). One that cannot is destroyed.
+func (b *binder) serviceState(ctx context.Context, nic string, id uint32, vnis []uint16, member cxi.Member) (serviceState, error) {
+	svc, err := b.fab.Get(ctx, nic, id)
 	switch {
-	case err == nil && !stale && engine.CarriesAll(svc.VNIs, vnis):
-		return true, nil
-	case err == nil:
-		if derr := n.drv.Destroy(ctx, id); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
-			return false, fmt.Errorf("replace stale service %d on %s: %w", id, n.name, derr)
-		}
-		return false, nil
 	case errors.Is(err, cxi.ErrNotFound):
-		return false, nil
-	default:
-		return false, fmt.Errorf("check service %d on %s: %w", id, n.name, err)
+		return serviceGone, nil
+	case err != nil:
+		return serviceGone, fmt.Errorf("check service %d on %s: %w", id, nic, err)
+	case !engine.CarriesAll(svc.VNIs, vnis):
+	case member.Type == cxi.MemberNetNS && engine.Admits(svc, member.ID):
+		return serviceReady, nil
+	case member.Type == cxi.MemberNetNS && engine.Unbound(svc):
+		return serviceUnbound, nil
+	case member.Type != cxi.MemberNetNS && svc.Enabled && slices.Equal(svc.Members, []cxi.Member{member}):
+		return serviceReady, nil
 	}
+	if err := b.fab.Destroy(ctx, nic, id); err != nil {
+		return serviceGone, fmt.Errorf("replace a stale service: %w", err)
+	}
+	return serviceGone, nil
 }
 
 // rollback undoes a failed bind: the services made in this call, and for a
@@ -485,7 +518,7 @@ func (b *binder) checkService(ctx context.Context, n *nic, id uint32, vnis []uin
 // lease and record.
 func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool, h nsHandle) {
 	for _, s := range created {
-		if err := b.nics[s.NIC].drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+		if err := b.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
 			b.logger.Error("rollback: destroy service", "nic", s.NIC, "id", s.ID, "err", err)
 			continue // stays recorded; cleanup retries it
 		}
@@ -557,14 +590,18 @@ func nicNames(nics []*nic) []string {
 
 // keepIfNamed keeps h for pod while pod's record has a service whose
 // member is h's namespace, replacing (and closing) the handle kept
-// before; otherwise it closes h. A nil h is nothing to keep.
+// before; otherwise it lets h go. A nil h is nothing to keep.
 func (b *binder) keepIfNamed(pod string, h nsHandle) {
 	if h == nil {
 		return
 	}
-	if p, ok := b.store.Get(pod); !ok || len(p.Services) == 0 || p.Netns != h.Inode() {
-		_ = h.Close()
+	if p, ok := b.store.Get(pod); ok && len(p.Services) > 0 && p.Netns == h.Inode() {
+		b.ns.Keep(pod, h)
 		return
 	}
-	b.ns.Keep(pod, h)
+	if engine.Same(b.ns.Get(pod), h) {
+		b.ns.Release(pod) // a bind kept it, and its services are gone
+		return
+	}
+	_ = h.Close()
 }

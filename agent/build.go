@@ -228,7 +228,7 @@ func (a *parts) openNIC(n sysfs.NIC) bool {
 	a.closers = append(a.closers, closer)
 	// Each failure counter of the NIC starts at 0, so that the first
 	// failure is an increase that an alert's rate() sees.
-	for _, op := range []string{"create", "create_conflict", "destroy"} {
+	for _, op := range []string{"create", "create_conflict", "bind", "destroy"} {
 		a.m.serviceErrors.WithLabelValues(n.Name, op)
 	}
 	retry := backoff.Policy{

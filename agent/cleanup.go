@@ -93,12 +93,10 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		}
 	}
 	for _, s := range entry.Services {
-		if err := b.destroy(ctx, s); err != nil {
+		if err := b.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
 			if errors.Is(err, cxi.ErrBusy) {
-				b.metrics.stuckServices.Inc()
 				b.logger.Warn("service still in use after retries; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
 			} else {
-				b.metrics.serviceErrors.WithLabelValues(s.NIC, "destroy").Inc()
 				b.logger.Error("destroy service; will retry", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
 			}
 			continue
@@ -166,20 +164,6 @@ func (b *binder) removeAllocation(podKey, allocKey string) {
 	if err := b.files.remove(allocKey, inUse); err != nil {
 		b.logger.Warn("remove the files of a gone pod's allocation", "pod", podKey, "err", err)
 	}
-}
-
-// destroy destroys one recorded service; a service that is already gone
-// counts as destroyed, and so does one on a NIC that disappeared.
-func (b *binder) destroy(ctx context.Context, s checkpoint.Service) error {
-	n := b.nics[s.NIC]
-	if n == nil {
-		b.logger.Warn("service on a NIC that is no longer present; forgetting it", "nic", s.NIC, "id", s.ID)
-		return nil
-	}
-	if err := n.drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
-		return fmt.Errorf("destroy service %d on %s: %w", s.ID, s.NIC, err)
-	}
-	return nil
 }
 
 // pendingDestroys are the gone pods whose services are not destroyed yet,

@@ -78,7 +78,7 @@ func (a *parts) buildDRA(context.Context) error {
 	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
 	for _, n := range a.served {
 		nd := a.b.nics[n.Name]
-		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath, Drv: nd.drv.(dra.Services)})
+		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath, Drv: nd.drv})
 		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
 			roots[n.Name] = topo.Root
 		} else {
@@ -92,7 +92,7 @@ func (a *parts) buildDRA(context.Context) error {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}
 		},
-		Logger: a.logger.With("component", "dra"), Metrics: metrics,
+		Logger: a.logger.With("component", "dra"), Metrics: metrics, ServiceMetrics: a.m.engine(),
 		Events: a.events, Status: status,
 		// NRI names the sandbox's namespace by its host path
 		// (/var/run/netns/cni-...), which the agent's container reaches

@@ -189,6 +189,10 @@ func (failingCreate) Create(context.Context, cxi.ServiceSpec) (cxi.Service, erro
 	return cxi.Service{}, fmt.Errorf("create: %w", cxi.ErrNoResources)
 }
 
+func (failingCreate) CreateUnbound(context.Context, cxi.ServiceSpec) (cxi.Service, error) {
+	return cxi.Service{}, fmt.Errorf("create: %w", cxi.ErrNoResources)
+}
+
 // Issue 15, item 5: the pod's network namespace is held open from the bind
 // until its services are destroyed, so that its inode cannot pass to
 // another namespace while a service names it. Before, the agent kept only
@@ -256,14 +260,14 @@ type metaHandle struct {
 	labels, annotations map[string]string
 }
 
-func (h metaHandle) PodMeta() (map[string]string, map[string]string) { return h.labels, h.annotations }
+func (h *metaHandle) PodMeta() (map[string]string, map[string]string) { return h.labels, h.annotations }
 
 func (f metaNetns) Open(ctx context.Context, uid string) (nsHandle, error) {
 	h, err := f.fakeNetns.Open(ctx, uid)
 	if err != nil {
 		return nil, err
 	}
-	return metaHandle{fakeHandle: h.(*fakeHandle), labels: map[string]string{"batch.kubernetes.io/controller-uid": f.job[uid]},
+	return &metaHandle{fakeHandle: h.(*fakeHandle), labels: map[string]string{"batch.kubernetes.io/controller-uid": f.job[uid]},
 		annotations: f.annotations[uid]}, nil
 }
 

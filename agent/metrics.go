@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
 
@@ -41,6 +42,12 @@ type metrics struct {
 	// refreshing as the runtime's does (cdispec.WaitVisible).
 	cdiVisible *prometheus.HistogramVec
 	now        func() time.Time
+}
+
+// engine is the part of the metrics the bind engine counts, in both front
+// ends.
+func (m *metrics) engine() engine.Metrics {
+	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices}
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
@@ -22,6 +24,10 @@ type reconcileOptions struct {
 // reconcileReport counts what a reconcile did.
 type reconcileReport struct {
 	Kept, Adopted, Recreated, Destroyed, CleanedPods, Foreign int
+	// Unbound counts live pods whose namespace could not be verified:
+	// their services were made unbound, to be bound at the next start of
+	// a container.
+	Unbound int
 }
 
 // Reconcile brings the driver and the checkpoint together after a start:
@@ -38,13 +44,9 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", err)
 	}
 
-	driver := map[string][]cxi.Service{}
-	for name, n := range b.nics {
-		svcs, err := n.drv.List(ctx)
-		if err != nil {
-			return rep, fmt.Errorf("list services on %s: %w", name, err)
-		}
-		driver[name] = svcs
+	driver, err := b.listAll(ctx)
+	if err != nil {
+		return rep, err
 	}
 
 	owned := map[string]map[uint32]bool{}
@@ -58,11 +60,10 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 			unlock()
 			continue
 		}
-		kept, recreated := b.keepServices(ctx, key, driver)
-		rep.Kept += kept
-		rep.Recreated += recreated
+		if ok {
+			b.revive(ctx, key, driver, &rep)
+		}
 		entry, _ = b.store.Get(key)
-		b.holdNamespace(ctx, entry)
 		for _, s := range entry.Services {
 			if owned[s.NIC] == nil {
 				owned[s.NIC] = map[uint32]bool{}
@@ -88,13 +89,9 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 // the managed VNI range.
 func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, owned map[string]map[uint32]bool, rep *reconcileReport) error {
 	// List again: the pass before destroyed the services of gone pods.
-	driver := map[string][]cxi.Service{}
-	for name, n := range b.nics {
-		svcs, err := n.drv.List(ctx)
-		if err != nil {
-			return fmt.Errorf("list services on %s: %w", name, err)
-		}
-		driver[name] = svcs
+	driver, err := b.listAll(ctx)
+	if err != nil {
+		return err
 	}
 	for name, svcs := range driver {
 		for _, svc := range svcs {
@@ -113,7 +110,7 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 				rep.Adopted++
 				b.logger.Info("adopted service from an interrupted bind", "pod", key, "nic", name, "id", svc.ID)
 			case recognised || opts.cleanManaged && inRange(svc.VNIs, opts.managedLo, opts.managedHi):
-				if err := b.nics[name].drv.Destroy(ctx, svc.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+				if err := b.fab.Destroy(ctx, name, svc.ID); err != nil {
 					b.logger.Error("destroy orphan service", "nic", name, "id", svc.ID, "err", err)
 					continue
 				}
@@ -127,43 +124,165 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 	return nil
 }
 
-// keepServices checks a live pod's recorded services against the driver
-// and re-creates those the driver lost (a driver reload), republishing
-// the new IDs.
-func (b *binder) keepServices(ctx context.Context, key string, driver map[string][]cxi.Service) (kept, recreated int) {
-	entry, ok := b.store.Get(key)
-	if !ok {
-		return 0, 0
+// listAll lists every NIC's services.
+func (b *binder) listAll(ctx context.Context) (map[string][]cxi.Service, error) {
+	driver := map[string][]cxi.Service{}
+	for _, name := range b.fab.NICs() {
+		svcs, err := b.fab.List(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		driver[name] = svcs
 	}
-	var lost []*nic
+	return driver, nil
+}
+
+// revive brings a live pod's services back after a start. A service
+// names its member by inode, and after a reboot or a sandbox made again
+// while the agent was down that inode may belong to another pod's
+// namespace by now: the services are trusted only once the pod's current
+// namespace is found and is the recorded one. Then the services the
+// driver lost (a driver reload) are made again and bound to it, and it is
+// held. Otherwise every service is made unbound, admitting nobody, and the
+// pod's next container start binds them to the namespace it has then.
+// The caller holds the pod's lock.
+func (b *binder) revive(ctx context.Context, key string, driver map[string][]cxi.Service, rep *reconcileReport) {
+	entry, ok := b.store.Get(key)
+	if !ok || len(entry.Services) == 0 {
+		return
+	}
+	var nics []*nic
 	for _, s := range entry.Services {
+		if n := b.nics[s.NIC]; n != nil {
+			nics = append(nics, n)
+		}
 		if slices.ContainsFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID }) {
-			kept++
-		} else if n := b.nics[s.NIC]; n != nil {
-			lost = append(lost, n)
+			rep.Kept++
 		}
 	}
-	if len(lost) == 0 {
-		return kept, 0
+	member, h, verified := b.verifiedMember(ctx, entry)
+	if !verified {
+		rep.Unbound++
+		if err := b.unbind(ctx, key, nics); err != nil {
+			b.logger.Error("unbind the services of a live pod whose namespace is not verified", "pod", key, "err", err)
+			b.events.Record(event.Node(b.node), event.UnbindFailed,
+				fmt.Sprintf("Pod %s: its services admit network namespace %d, which could not be verified as the pod's since the agent started, and unbinding them failed: %v", key, entry.Netns, err))
+		}
+		return
 	}
-	member, ok := b.recordedMember(entry)
-	if !ok {
-		b.logger.Error("services of a live pod are gone and no member is known to re-create them", "pod", key)
-		return kept, 0
-	}
-	if _, err := b.update(key, func(p *checkpoint.Pod) {
-		p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool {
-			return slices.ContainsFunc(lost, func(n *nic) bool { return n.name == s.NIC })
-		})
-	}); err != nil {
-		b.logger.Error("drop lost services from the record", "pod", key, "err", err)
-		return kept, 0
-	}
-	created, err := b.ensureServices(ctx, key, lost, member, entry.Netns)
+	created, err := b.ensureServices(ctx, key, nics, member, h)
+	b.keepIfNamed(key, h)
 	if err != nil {
 		b.logger.Error("re-create lost services", "pod", key, "err", err)
 	}
-	entry, _ = b.store.Get(key)
+	rep.Recreated += len(created)
+	if len(created) > 0 {
+		b.republish(key)
+	}
+}
+
+// verifiedMember is the member a live pod's services may keep after a
+// start: its namespace, when the runtime says it is the recorded one
+// (held open by the returned handle), or the configured fallback member
+// where none was recorded. It reports false where neither holds.
+func (b *binder) verifiedMember(ctx context.Context, entry checkpoint.Pod) (cxi.Member, nsHandle, bool) {
+	if entry.Netns == 0 {
+		if fb := b.policy().fallback; fb != nil {
+			return *fb, nil, true
+		}
+		b.logger.Error("services of a live pod have no recorded member and no fallback member is configured", "pod", entry.Key())
+		return cxi.Member{}, nil, false
+	}
+	h, err := b.netns.Open(ctx, entry.UID)
+	if err != nil {
+		b.logger.Warn("network namespace of a live pod not found; its services are made unbound until its next container start",
+			"pod", entry.Key(), "netns", entry.Netns, "err", err)
+		return cxi.Member{}, nil, false
+	}
+	if h.Inode() != entry.Netns {
+		b.logger.Warn("a live pod's network namespace is not the one its services name (its sandbox was made again); they are made unbound until its next container start",
+			"pod", entry.Key(), "netns", entry.Netns, "now", h.Inode())
+		_ = h.Close()
+		return cxi.Member{}, nil, false
+	}
+	return cxi.Member{Type: cxi.MemberNetNS, ID: entry.Netns}, h, true
+}
+
+// unbind makes every service of key unbound, on the same VNIs, one per
+// NIC of nics, recording each step: a service that may admit a namespace
+// not verified as the pod's is destroyed and made again, one the driver
+// lost is made again. The namespace is let go once none admits it, and
+// the environment names the new services.
+func (b *binder) unbind(ctx context.Context, key string, nics []*nic) error {
+	entry, ok := b.store.Get(key)
+	if !ok {
+		return nil
+	}
+	spec, err := engine.ServiceSpec(entry.VNI, entry.Options, b.policy().defaults())
+	if err != nil {
+		return fmt.Errorf("services of %s: %w", key, err)
+	}
+	var errs []error
+	for _, n := range nics {
+		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
+		if i >= 0 {
+			svc, err := b.fab.Get(ctx, n.name, entry.Services[i].ID)
+			if err == nil && engine.Unbound(svc) {
+				continue
+			}
+			if err != nil && !errors.Is(err, cxi.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			if err == nil {
+				if err := b.fab.Destroy(ctx, n.name, entry.Services[i].ID); err != nil {
+					errs = append(errs, err)
+					continue // still recorded: its namespace is named, and the next bind or cleanup retries
+				}
+			}
+			id := entry.Services[i].ID
+			if entry, err = b.update(key, func(p *checkpoint.Pod) {
+				p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool { return s.NIC == n.name && s.ID == id })
+			}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		id, err := b.fab.Create(ctx, n.name, spec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rec := checkpoint.Service{NIC: n.name, ID: id, VNIs: slices.Clone(spec.VNIs)}
+		if entry, err = b.update(key, func(p *checkpoint.Pod) { p.Services = append(p.Services, rec) }); err != nil {
+			errs = append(errs, err, b.fab.Destroy(ctx, n.name, id))
+		}
+	}
+	if len(errs) == 0 {
+		if _, err := b.update(key, func(p *checkpoint.Pod) { p.Netns = 0 }); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.ns.Release(key)
+		}
+	}
+	if err := b.save(); err != nil {
+		errs = append(errs, err)
+	}
+	b.republish(key)
+	if p, ok := b.store.Get(key); ok {
+		b.events.Record(event.Pod(p.Namespace, p.Name, p.UID), event.ServicesUnbound,
+			fmt.Sprintf("Its services admitted network namespace %d", entry.Netns))
+	}
+	return errors.Join(errs...)
+}
+
+// republish writes key's containers' late-bound values again, after its
+// services changed outside a bind.
+func (b *binder) republish(key string) {
+	entry, ok := b.store.Get(key)
+	if !ok {
+		return
+	}
 	for rec, ids := range entry.DeviceIDs {
 		_, resource, _ := strings.Cut(rec, "@")
 		resolve := b.resolve[resource]
@@ -176,40 +295,6 @@ func (b *binder) keepServices(ctx context.Context, key string, driver map[string
 			}
 		}
 	}
-	return kept, len(created)
-}
-
-// holdNamespace opens again, after a restart, the namespace a live pod's
-// services name, so that its inode cannot be reused while they live. The
-// pod's namespace is found anew and must be the recorded one: the inode
-// alone may have passed to another namespace while the agent was down.
-func (b *binder) holdNamespace(ctx context.Context, entry checkpoint.Pod) {
-	if entry.Netns == 0 || len(entry.Services) == 0 || b.ns.Held(entry.Key()) != 0 {
-		return
-	}
-	h, err := b.netns.Open(ctx, entry.UID)
-	if err != nil {
-		// Doubt never destroys: the kubelet says the pod lives.
-		b.logger.Warn("network namespace of a live pod not found; its services stay, unheld", "pod", entry.Key(), "netns", entry.Netns, "err", err)
-		return
-	}
-	if h.Inode() != entry.Netns {
-		b.logger.Warn("a live pod's network namespace is not the one its services name; its next container start binds it anew",
-			"pod", entry.Key(), "netns", entry.Netns, "now", h.Inode())
-	}
-	b.keepIfNamed(entry.Key(), h)
-}
-
-// recordedMember is the member a pod's services had: its netns, or the
-// fallback member when none was recorded.
-func (b *binder) recordedMember(entry checkpoint.Pod) (cxi.Member, bool) {
-	if entry.Netns != 0 {
-		return cxi.Member{Type: cxi.MemberNetNS, ID: entry.Netns}, true
-	}
-	if fb := b.policy().fallback; fb != nil {
-		return *fb, true
-	}
-	return cxi.Member{}, false
 }
 
 // recognise finds the recorded pod a service was made for by a bind that

@@ -33,7 +33,16 @@ type Store struct {
 	gen   uint64
 
 	w writer
+
+	// failed is told of every write that failed, whoever asked for it: the
+	// agent counts them (slingshot_agent_checkpoint_errors_total) in both
+	// front ends alike. Set before use; nil: nobody is told.
+	failed func(error)
 }
+
+// OnWriteError tells f of every failed write from now on. Call it before
+// the store is shared.
+func (s *Store) OnWriteError(f func(error)) { s.failed = f }
 
 // writer orders the writes of snapshots to the files.
 type writer struct {
@@ -200,7 +209,11 @@ func (s *Store) Save() error {
 	snap := s.state.Clone()
 	s.mu.Unlock()
 	if err := s.w.j.write(snap); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		err = fmt.Errorf("save checkpoint: %w", err)
+		if s.failed != nil {
+			s.failed(err)
+		}
+		return err
 	}
 	s.w.written = gen
 	return nil

@@ -25,16 +25,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
-// Services is what the DRA path needs of one NIC's CXI services;
-// *cxi.Client is one.
-type Services interface {
-	CreateUnbound(ctx context.Context, spec cxi.ServiceSpec) (cxi.Service, error)
-	Bind(ctx context.Context, id, inode uint32) (cxi.Service, error)
-	Destroy(ctx context.Context, id uint32) error
-	Get(ctx context.Context, id uint32) (cxi.Service, error)
-	List(ctx context.Context) ([]cxi.Service, error)
-}
-
 // SpecWriter writes the claims' CDI specs; *cdispec.Writer is one.
 type SpecWriter interface {
 	DeviceName(key string) string
@@ -46,7 +36,8 @@ type SpecWriter interface {
 type NICDevice struct {
 	Name    string // "cxi0", also the device name in the ResourceSlice
 	DevPath string // host path of /dev/cxiN
-	Drv     Services
+	// Drv is the NIC's driver, which only the engine's Fabric calls.
+	Drv engine.Driver
 }
 
 // Policy is the part of the agent's configuration services are made with.
@@ -81,6 +72,9 @@ type ManagerConfig struct {
 	Policy    func() Policy
 	Logger    *slog.Logger
 	Metrics   *Metrics // nil: not measured
+	// ServiceMetrics are the engine's, the device plugin's too: a failed
+	// or stuck service counts the same in both modes.
+	ServiceMetrics engine.Metrics
 	OpenNetns func(path string) (Netns, error)
 	// Events tell the pods and the node what only the log would know;
 	// nil: none.
@@ -111,6 +105,9 @@ type Manager struct {
 	nics  map[string]NICDevice
 	store store
 	m     *Metrics
+	// fab is the engine's service lifecycle: every create, bind and
+	// destroy goes through it.
+	fab *engine.Fabric
 
 	claimLocks keylock.Set
 	// ns keeps open, by claim holder, the namespace the claim's services
@@ -138,9 +135,12 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		cfg.Events = event.Nop{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, nics: map[string]NICDevice{}, store: st, m: cfg.Metrics}
+	drivers := engine.DriverMap{}
 	for _, n := range cfg.NICs {
 		m.nics[n.Name] = n
+		drivers[n.Name] = n.Drv
 	}
+	m.fab = engine.NewFabric(drivers, cfg.ServiceMetrics, cfg.Store.ForgetReused, cfg.Logger)
 	for _, rec := range st.all() {
 		if !rec.Released && rec.LeaseKey != "" {
 			cfg.Leases.Restore(rec.LeaseKey, engine.ClaimHolder(rec.UID))
@@ -313,15 +313,15 @@ func (m *Manager) ensureServices(ctx context.Context, rec *Record) ([]Service, e
 	for _, n := range m.nicsOf(rec) {
 		i := slices.IndexFunc(rec.Services, func(s Service) bool { return s.NIC == n.Name })
 		if i >= 0 {
-			svc, err := n.Drv.Get(ctx, rec.Services[i].ID)
+			svc, err := m.fab.Get(ctx, n.Name, rec.Services[i].ID)
 			switch {
 			case err == nil && engine.CarriesAll(svc.VNIs, rec.Options.VNIs(rec.VNI)):
 				continue
 			case err == nil, errors.Is(err, cxi.ErrNotFound):
 				m.log.Warn("a prepared claim's service is gone or changed; making it again", "claim", rec.Key(), "nic", n.Name, "id", rec.Services[i].ID)
 				if err == nil {
-					if derr := n.Drv.Destroy(ctx, rec.Services[i].ID); derr != nil && !errors.Is(derr, cxi.ErrNotFound) {
-						return created, fmt.Errorf("replace service %d on %s: %w", rec.Services[i].ID, n.Name, derr)
+					if derr := m.fab.Destroy(ctx, n.Name, rec.Services[i].ID); derr != nil {
+						return created, fmt.Errorf("replace a changed service: %w", derr)
 					}
 				}
 				rec.Services = slices.Delete(rec.Services, i, i+1)
@@ -347,24 +347,18 @@ func (m *Manager) createUnbound(ctx context.Context, rec *Record, n NICDevice) (
 	if err != nil {
 		return Service{}, fmt.Errorf("claim %s: %w", rec.Key(), err)
 	}
-	svc, err := n.Drv.CreateUnbound(ctx, spec)
+	id, err := m.fab.Create(ctx, n.Name, spec)
 	if err != nil {
-		m.m.error("create")
-		return Service{}, fmt.Errorf("claim %s: create service on %s: %w", rec.Key(), n.Name, err)
+		return Service{}, fmt.Errorf("claim %s: %w", rec.Key(), err)
 	}
-	// The driver handed out an ID no live service has: another record
-	// still naming it names a destroyed service (checkpoint.ForgetReused).
-	if stale := m.cfg.Store.ForgetReused(n.Name, svc.ID); len(stale) > 0 {
-		m.log.Info("the driver reused a destroyed service's ID; its old record entry goes", "nic", n.Name, "id", svc.ID, "records", stale)
-	}
-	return Service{NIC: n.Name, ID: svc.ID}, nil
+	return Service{NIC: n.Name, ID: id}, nil
 }
 
 // rollback undoes a failed Prepare: the services made in this call, and
 // for a claim seen for the first time its lease and record.
 func (m *Manager) rollback(ctx context.Context, rec *Record, created []Service, fresh bool) {
 	for _, s := range created {
-		if err := m.nics[s.NIC].Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+		if err := m.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
 			m.log.Error("rollback: destroy service", "claim", rec.Key(), "nic", s.NIC, "id", s.ID, "err", err)
 			continue // stays recorded: Unprepare or a retried Prepare takes it
 		}
@@ -510,13 +504,9 @@ func (m *Manager) Unprepare(ctx context.Context, uid string) (err error) {
 func (m *Manager) teardown(ctx context.Context, rec *Record) error {
 	var errs []error
 	for _, s := range slices.Clone(rec.Services) {
-		n, ok := m.nics[s.NIC]
-		if ok {
-			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
-				m.m.error("destroy")
-				errs = append(errs, fmt.Errorf("destroy service %d on %s: %w", s.ID, s.NIC, err))
-				continue
-			}
+		if err := m.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		rec.Services = slices.DeleteFunc(rec.Services, func(x Service) bool { return x == s })
 	}
@@ -620,15 +610,14 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 	}
 	targets := make([]engine.Target, 0, len(rec.Services))
 	for _, s := range rec.Services {
-		targets = append(targets, engine.Target{NIC: s.NIC, ID: s.ID, Drv: m.nics[s.NIC].Drv})
+		targets = append(targets, engine.Target{NIC: s.NIC, ID: s.ID})
 	}
 	holder := engine.ClaimHolder(uid)
-	bound, err := engine.BindAll(ctx, &m.ns, holder, ns, targets)
+	bound, err := m.fab.Bind(ctx, &m.ns, holder, ns, targets)
 	for i := range bound {
 		rec.Services[i].Netns = inode
 	}
 	if err != nil {
-		m.m.error("bind")
 		// The failed service may admit the namespace too (the driver took
 		// the member, then failed to enable): all of them go back to
 		// unbound, so that no service admits the pod and the claim can
@@ -721,9 +710,8 @@ func (m *Manager) replaceStale(ctx context.Context, rec *Record, inode uint32) (
 func (m *Manager) renew(ctx context.Context, rec *Record, i int) error {
 	s := rec.Services[i]
 	n := m.nics[s.NIC]
-	if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
-		m.m.error("destroy")
-		return fmt.Errorf("replace service %d on %s: %w", s.ID, s.NIC, err)
+	if err := m.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
+		return fmt.Errorf("replace a service: %w", err)
 	}
 	rec.Services = slices.Delete(rec.Services, i, i+1)
 	fresh, err := m.createUnbound(ctx, rec, n)
@@ -817,7 +805,7 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 			return nil, fmt.Errorf("%w: claim %s has no service on %s", ErrNotBound, rec.Key(), strings.Join(missing, ","))
 		}
 		for _, s := range rec.Services {
-			if err := engine.CheckBound(ctx, m.nics[s.NIC].Drv, s.NIC, s.ID, inode, rec.VNI); err != nil {
+			if err := m.fab.CheckBound(ctx, s.NIC, s.ID, inode, rec.VNI); err != nil {
 				return nil, fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
 			}
 		}
@@ -1059,10 +1047,10 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 			owned[s.NIC][s.ID] = true
 		}
 	}
-	for name, n := range m.nics {
-		svcs, err := n.Drv.List(ctx)
+	for _, name := range m.fab.NICs() {
+		svcs, err := m.fab.List(ctx, name)
 		if err != nil {
-			return rep, fmt.Errorf("list services on %s: %w", name, err)
+			return rep, err
 		}
 		for _, s := range svcs {
 			if owned[name][s.ID] || s.IsDefault() || s.System || s.Enabled || len(s.Members) != 0 || !s.RestrictedMembers {
@@ -1071,7 +1059,7 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 			if len(s.VNIs) == 0 || slices.ContainsFunc(s.VNIs, func(v uint16) bool { return v < lo || v > hi }) {
 				continue
 			}
-			if err := n.Drv.Destroy(ctx, s.ID); err != nil && !errors.Is(err, cxi.ErrNotFound) {
+			if err := m.fab.Destroy(ctx, name, s.ID); err != nil {
 				m.log.Error("destroy an unrecorded unbound service", "nic", name, "id", s.ID, "err", err)
 				continue
 			}

@@ -119,13 +119,13 @@ func TestDefect2NRIUnreachableFailsClosed(t *testing.T) {
 // flakyBind binds through the driver, then reports a failure: the worst
 // case of a bind that fails, the member taken and the error returned.
 type flakyBind struct {
-	Services
+	engine.Driver
 	mu   sync.Mutex
 	fail bool
 }
 
 func (f *flakyBind) Bind(ctx context.Context, id, inode uint32) (cxi.Service, error) {
-	svc, err := f.Services.Bind(ctx, id, inode)
+	svc, err := f.Driver.Bind(ctx, id, inode)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err == nil && f.fail {
@@ -140,7 +140,7 @@ func (f *flakyBind) Bind(ctx context.Context, id, inode uint32) (cxi.Service, er
 func TestDefect3BindFailingOnSecondNICLeavesNoServiceAdmitting(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	flaky := &flakyBind{Services: r.cfg.NICs[1].Drv, fail: true}
+	flaky := &flakyBind{Driver: r.cfg.NICs[1].Drv, fail: true}
 	r.cfg.NICs[1].Drv = flaky
 	r.restart()
 	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0", "cxi1")); err != nil {

@@ -135,7 +135,7 @@ func newDRAWorld(t *testing.T, seed uint64, outcomes map[string]int) *draWorld {
 		}
 		w.logf("%s: system services hold %d LE pools, %d TLE pools and %d LEs", nic, le, tle, les)
 	}
-	w.flaky = &flakyBind{Services: w.r.cfg.NICs[1].Drv}
+	w.flaky = &flakyBind{Driver: w.r.cfg.NICs[1].Drv}
 	w.r.cfg.NICs[1].Drv = w.flaky
 	w.nri = NewNRIState("nri.sock", nil)
 	w.nri.set(true, nil)

@@ -10,7 +10,6 @@ import (
 // nothing.
 type Metrics struct {
 	duration     *prometheus.HistogramVec
-	errors       *prometheus.CounterVec
 	nriConnected prometheus.Gauge
 	statusWrites *prometheus.CounterVec
 }
@@ -23,10 +22,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of the DRA path's operations: prepare and unprepare (kubelet calls, per claim), bind (NRI RunPodSandbox, per pod).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "result"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slingshot_agent_dra_service_errors_total",
-			Help: "CXI service operations of the DRA path that failed, by op: create, bind, destroy.",
-		}, []string{"op"}),
 		nriConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slingshot_agent_nri_connected",
 			Help: "1 while the agent is connected to the container runtime's NRI socket (DRA mode); while 0 no claim's services can be bound, the agent is not ready and Prepare is refused.",
@@ -36,13 +31,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Writes of prepared claims' status.devices (NIC, service IDs, VNIs, traffic classes), by result; a failed one fails nothing (the status is informational) and is retried a few times.",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.errors, m.nriConnected, m.statusWrites} {
+	for _, c := range []prometheus.Collector{m.duration, m.nriConnected, m.statusWrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
-	}
-	for _, op := range []string{"create", "bind", "destroy"} {
-		m.errors.WithLabelValues(op)
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.statusWrites.WithLabelValues(r)
@@ -59,12 +51,6 @@ func (m *Metrics) observe(op string, start time.Time, err error) {
 		result = "error"
 	}
 	m.duration.WithLabelValues(op, result).Observe(time.Since(start).Seconds())
-}
-
-func (m *Metrics) error(op string) {
-	if m != nil {
-		m.errors.WithLabelValues(op).Inc()
-	}
 }
 
 func (m *Metrics) setNRIConnected(up bool) {

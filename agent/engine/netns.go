@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"reflect"
+	"sync"
+)
 
 // Handle holds a network namespace open: while it is open the kernel
 // cannot free the namespace, so its inode, which a service names as its
@@ -39,9 +42,20 @@ func (n *Namespaces) Keep(holder string, h Handle) {
 	old := n.held[holder]
 	n.held[holder] = h
 	n.mu.Unlock()
-	if old != nil && old != h {
+	if old != nil && !Same(old, h) {
 		_ = old.Close()
 	}
+}
+
+// Same reports whether a and b are the same handle. Handles of types
+// that cannot be compared (structs with maps) are the same only when
+// they are both nil.
+func Same(a, b Handle) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // Release closes the handle kept for holder, once no service names it.

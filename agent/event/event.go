@@ -54,6 +54,7 @@ const (
 	IPSliceLost        Reason = "CXIIPSliceLost"
 	ClaimCollectFailed Reason = "CXIClaimCollectFailed"
 	UnbindFailed       Reason = "CXIUnbindFailed"
+	ServicesUnbound    Reason = "CXIServicesUnbound"
 )
 
 // Info is what the catalogue says of one reason.
@@ -124,8 +125,11 @@ var catalogue = []Info{
 		"The agent found a prepared claim that the API server no longer allocates to this node (the kubelet lost its claim state), and undoing it failed: its services or VNI hold stay until a later pass succeeds.",
 		"Read the cause above; a busy service needs the process using it stopped, an unreachable controller to be reachable. The agent retries every pass."},
 	{UnbindFailed, Warning, KindNode, "Unbind",
-		"At start, a claim's services admit a network namespace that is gone, and making them unbound again failed: they stay as they are until the next bind or unprepare of the claim.",
-		"Read the cause above; `slingshot-agent inspect` shows the claim. Deleting the claim's pod unprepares it."},
+		"At start, a pod's or a claim's services admit a network namespace that is gone or could not be verified as its pod's, and making them unbound again failed: they stay as they are until the next bind, cleanup or unprepare.",
+		"Read the cause above; `slingshot-agent inspect` shows the pod or claim. Deleting the pod cleans up its services."},
+	{ServicesUnbound, Warning, KindPod, "Unbind",
+		"The agent started and could not verify that the pod's network namespace is the one its CXI services admitted (the sandbox was made again while the agent was down, or the runtime did not answer): a recorded namespace may belong to another pod by now, so the services admit nobody until the pod's next container start binds them.",
+		"Nothing, if the pod's containers restart (a sandbox made again restarts them). If the pod keeps running without fabric traffic, delete it so that its controller makes it again."},
 }
 
 // Catalogue returns every event reason the agent writes.
