@@ -106,10 +106,10 @@ type binder struct {
 	leases *engine.Leases
 	// fab creates, binds and destroys the pods' services: the engine's,
 	// over nics.
-	fab    *engine.Fabric
-	pods   podFinder
-	netns  netnsFinder
-	ns     engine.Namespaces
+	fab   *engine.Fabric
+	pods  podFinder
+	netns netnsFinder
+	ns    engine.Namespaces
 	// addrs allocates the pods' hsn addresses, linker puts their hsn
 	// interfaces in place; addrs is nil where the node has no IPAM.
 	addrs   addressAllocator

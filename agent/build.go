@@ -23,9 +23,11 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/agent/netns/pin"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
@@ -44,7 +46,10 @@ type parts struct {
 
 	managedLo, managedHi uint16
 
-	b      *binder
+	b *binder
+	// pins holds the namespaces services admit past the agent's life
+	// (--pin-netns); nil: only while the agent runs.
+	pins   *pin.Pins
 	served []sysfs.NIC
 	inv    *inventory
 	// fe serves the NICs to the kubelet: the device plugin or DRA.
@@ -179,6 +184,17 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		now:      time.Now,
 	}
 	a.b.setPolicy(policyFrom(cfg))
+	if opts.PinNetns {
+		pins, err := pin.New(filepath.Join(opts.StateDir, "netns"))
+		if err != nil {
+			return fmt.Errorf("--pin-netns: %w", err)
+		}
+		if prop := pins.Propagation(); prop.Master != 0 {
+			logger.Warn("the state directory is a slave mount (HostToContainer): namespace pins end with the agent's container; mount it Bidirectional", "dir", pins.Dir())
+		}
+		a.pins = pins
+		a.b.ns.Pins, a.b.ns.Log = pins, logger
+	}
 	for _, n := range disc.NICs {
 		if a.openNIC(n) {
 			a.served = append(a.served, n)
@@ -211,6 +227,14 @@ func (a *parts) buildNICs(ctx context.Context) error {
 // be resolvable: past it the container may fail closed, and the kubelet
 // retries it.
 const cdiVisibleTimeout = time.Second
+
+// pinner is the pins as the engine takes them: a nil interface without.
+func (a *parts) pinner() engine.Pinner {
+	if a.pins == nil {
+		return nil
+	}
+	return a.pins
+}
 
 // openNIC opens a discovered NIC's driver and adds it to the binder. It
 // reports whether the NIC is served: virtual functions and NICs whose

@@ -87,7 +87,7 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
-		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
+		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready, Pins: a.pinner(),
 		Policy: func() dra.Policy {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}

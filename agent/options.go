@@ -44,8 +44,13 @@ type Options struct {
 	// CRISocket is the container runtime's CRI socket, asked first for a
 	// pod's network namespace: empty finds containerd's or CRI-O's
 	// (netns.DefaultCRISockets), CRINone asks no runtime.
-	CRISocket  string
-	StateDir   string
+	CRISocket string
+	StateDir  string
+	// PinNetns pins the network namespaces the services admit by bind
+	// mounts under StateDir/netns (package agent/netns/pin), so that the
+	// holds outlive the agent. It needs CAP_SYS_ADMIN, and the state
+	// directory mounted Bidirectional to outlive the agent's container.
+	PinNetns   bool
 	Controller string
 	// EmbeddedController opens the in-process controller of
 	// --controller=embedded; nil refuses that mode. The agent's main sets
@@ -110,6 +115,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's, whose runtime answers; \"none\": /proc only")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
+	fs.BoolVar(&o.PinNetns, "pin-netns", false, "pin the network namespaces that pods' CXI services admit by bind mounts under <state-dir>/netns, so that no other pod's namespace can get their inodes while the agent is down or restarting (needs CAP_SYS_ADMIN, and the state directory mounted with Bidirectional propagation to outlive the agent's container; the Helm chart sets it with agent.privileged)")
 	// The default is the caller's: "embedded" where the binary has the
 	// embedded controller, none (required) where it has not.
 	fs.StringVar(&o.Controller, "controller", o.Controller, "the cluster controller's gRPC `address` (host:port), or \"embedded\" for an in-process controller with sqlite in the state directory (binaries built with -tags embedded_controller, where it is the default; required otherwise)")

@@ -74,6 +74,14 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 	}
 
 	b.reconcileHSN()
+	// Pins of pods no longer recorded, or whose services admit nobody, hold
+	// namespaces for nothing. Claims' pins are the DRA front end's.
+	if err := b.ns.Unpin(func(holder string) bool {
+		p, ok := b.store.Get(holder)
+		return strings.HasPrefix(holder, engine.ClaimHolder("")) || ok && p.Netns != 0 && len(p.Services) > 0
+	}); err != nil {
+		b.logger.Warn("drop the pins of namespaces no pod's services admit", "err", err)
+	}
 	if err := b.reconcileOrphans(ctx, opts, owned, &rep); err != nil {
 		return rep, err
 	}
@@ -195,6 +203,16 @@ func (b *binder) verifiedMember(ctx context.Context, entry checkpoint.Pod) (cxi.
 	}
 	h, err := b.netns.Open(ctx, entry.UID)
 	if err != nil {
+		// The runtime did not say. A pin that holds the recorded inode
+		// proves that no other namespace can have it: it was held all
+		// along, so the services admit this pod's namespace or an empty
+		// one, never another pod's.
+		if pinned, perr := b.ns.Pinned(entry.Key()); perr == nil && pinned.Inode() == entry.Netns {
+			b.logger.Info("network namespace of a live pod not found, but its pin holds the recorded one; its services stay bound", "pod", entry.Key(), "netns", entry.Netns, "err", err)
+			return cxi.Member{Type: cxi.MemberNetNS, ID: entry.Netns}, pinned, true
+		} else if perr == nil {
+			_ = pinned.Close()
+		}
 		b.logger.Warn("network namespace of a live pod not found; its services are made unbound until its next container start",
 			"pod", entry.Key(), "netns", entry.Netns, "err", err)
 		return cxi.Member{}, nil, false

@@ -67,15 +67,15 @@ type ManagerConfig struct {
 	// reserved for, when known without asking anyone; nil, or false,
 	// leases without sharing. A Job's claims on the node share one
 	// controller call through it (engine.ShareKey).
-	PodMeta   func(namespace, name, uid string) (labels, annotations map[string]string, ok bool)
-	CDI       SpecWriter
-	Policy    func() Policy
-	Logger    *slog.Logger
-	Metrics   *Metrics // nil: not measured
+	PodMeta func(namespace, name, uid string) (labels, annotations map[string]string, ok bool)
+	CDI     SpecWriter
+	Policy  func() Policy
+	Logger  *slog.Logger
+	Metrics *Metrics // nil: not measured
 	// ServiceMetrics are the engine's, the device plugin's too: a failed
 	// or stuck service counts the same in both modes.
 	ServiceMetrics engine.Metrics
-	OpenNetns func(path string) (Netns, error)
+	OpenNetns      func(path string) (Netns, error)
 	// Events tell the pods and the node what only the log would know;
 	// nil: none.
 	Events Events
@@ -83,6 +83,9 @@ type ManagerConfig struct {
 	// the kubelet's path (informational: a failure is logged and counted,
 	// never fails the claim); nil: not written.
 	Status *StatusQueue
+	// Pins pins the namespaces the claims' services admit, so that the
+	// holds outlive the agent; nil: held only while the agent runs.
+	Pins engine.Pinner
 	// BindReady says whether a prepared claim's services can be bound
 	// when its pod's sandbox starts (the runtime's NRI connection is up);
 	// nil: always. Prepare refuses while it returns an error: a container
@@ -140,6 +143,7 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 		m.nics[n.Name] = n
 		drivers[n.Name] = n.Drv
 	}
+	m.ns.Pins, m.ns.Log = cfg.Pins, cfg.Logger
 	m.fab = engine.NewFabric(drivers, cfg.ServiceMetrics, cfg.Store.ForgetReused, cfg.Logger)
 	for _, rec := range st.all() {
 		if !rec.Released && rec.LeaseKey != "" {
@@ -840,6 +844,7 @@ type fileNetns struct {
 
 func (n *fileNetns) Inode() uint32 { return n.inode }
 func (n *fileNetns) Close() error  { return n.f.Close() }
+func (n *fileNetns) Fd() uintptr   { return n.f.Fd() }
 
 // OpenNetns opens the namespace at path (a bind mount under /var/run/netns
 // or /proc/PID/ns/net) and reads its inode.
@@ -1066,6 +1071,15 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 			rep.Orphans++
 			m.log.Info("destroyed an unbound service no claim records (a prepare that crashed)", "nic", name, "id", s.ID, "vnis", s.VNIs)
 		}
+	}
+	// Pins of claims no longer recorded, or bound to no pod, hold
+	// namespaces for nothing. Pods' pins are the device plugin's.
+	if err := m.ns.Unpin(func(holder string) bool {
+		uid, isClaim := strings.CutPrefix(holder, engine.ClaimHolder(""))
+		rec, ok := m.store.get(uid)
+		return !isClaim || ok && rec.BoundPod != ""
+	}); err != nil {
+		m.log.Warn("drop the pins of namespaces no claim's services admit", "err", err)
 	}
 	return rep, m.store.save()
 }

@@ -1,8 +1,13 @@
 package engine
 
 import (
+	"errors"
+	"io/fs"
+	"log/slog"
 	"reflect"
 	"sync"
+
+	"github.com/slingshot-k8s/slingshot/agent/netns/pin"
 )
 
 // Handle holds a network namespace open: while it is open the kernel
@@ -21,12 +26,29 @@ func InodeOf(h Handle) uint32 {
 	return h.Inode()
 }
 
+// Pinner keeps a namespace held by a bind mount under the agent's state
+// directory (*pin.Pins is one), so that the hold outlives the agent: while
+// the agent is down or restarting, the kernel cannot hand the inode a
+// service admits to another pod's new namespace.
+type Pinner interface {
+	Pin(holder string, ns pin.Namespace) (uint32, error)
+	Unpin(holder string) error
+	Open(holder string) (*pin.Handle, error)
+	List() ([]string, error)
+}
+
 // Namespaces keeps open the namespaces that live services name, by holder
 // (a pod's key, a claim's [ClaimHolder]). A holder's handle is kept from
-// its bind until its services are destroyed. Safe for concurrent use.
+// its bind until its services are destroyed, and, with a Pinner, pinned
+// for as long. Safe for concurrent use.
 type Namespaces struct {
 	mu   sync.Mutex // guards held
 	held map[string]Handle
+	// Pins, set before use, pins what is kept; nil: the open handles
+	// alone hold, and only while the agent runs.
+	Pins Pinner
+	// Log is told of a pin that failed; nil: nobody.
+	Log *slog.Logger
 }
 
 // Keep keeps h for holder, closing the handle kept before when it is
@@ -42,9 +64,57 @@ func (n *Namespaces) Keep(holder string, h Handle) {
 	old := n.held[holder]
 	n.held[holder] = h
 	n.mu.Unlock()
+	if n.Pins != nil {
+		n.pin(holder, h)
+	}
 	if old != nil && !Same(old, h) {
 		_ = old.Close()
 	}
+}
+
+// pin pins h's namespace for holder. A failure is logged: the open
+// handle still holds the namespace while the agent runs, and the start-up
+// reconcile trusts nothing it cannot verify.
+func (n *Namespaces) pin(holder string, h Handle) {
+	ns, ok := h.(pin.Namespace)
+	var err error
+	if !ok {
+		err = errors.New("the handle has no file descriptor")
+	} else {
+		_, err = n.Pins.Pin(holder, ns)
+	}
+	if err != nil && n.Log != nil {
+		n.Log.Warn("pin a held network namespace; it is held only while the agent runs", "holder", holder, "netns", h.Inode(), "err", err)
+	}
+}
+
+// Pinned opens the namespace pinned for holder, held by the returned
+// handle; an error wraps fs.ErrNotExist where none is (or no Pinner is
+// set).
+func (n *Namespaces) Pinned(holder string) (Handle, error) {
+	if n.Pins == nil {
+		return nil, fs.ErrNotExist
+	}
+	return n.Pins.Open(holder)
+}
+
+// Unpin drops the pins of holders for which keep is false: at start, those
+// whose records are gone.
+func (n *Namespaces) Unpin(keep func(holder string) bool) error {
+	if n.Pins == nil {
+		return nil
+	}
+	holders, err := n.Pins.List()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range holders {
+		if !keep(h) {
+			errs = append(errs, n.Pins.Unpin(h))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Same reports whether a and b are the same handle. Handles of types
@@ -64,6 +134,11 @@ func (n *Namespaces) Release(holder string) {
 	h := n.held[holder]
 	delete(n.held, holder)
 	n.mu.Unlock()
+	if n.Pins != nil {
+		if err := n.Pins.Unpin(holder); err != nil && n.Log != nil {
+			n.Log.Warn("unpin a namespace no service admits", "holder", holder, "err", err)
+		}
+	}
 	if h != nil {
 		_ = h.Close()
 	}
