@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,8 +63,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return err
 	}
-	cdiDir := a.cfg.CDI.SpecDir
-	w, err := cdispec.New(cdiDir, a.cfg.NICResource.Name)
+	w, err := a.draCDI()
 	if err != nil {
 		return err
 	}
@@ -73,17 +73,9 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	nri := dra.NewNRIState(a.opts.NRISocket, metrics).WithEvents(a.events, a.opts.NodeName)
 	status := dra.NewStatusQueue(dra.APIClaimStatus{Client: kube, Driver: a.opts.DRADriverName}, a.logger.With("component", "dra-status"), metrics)
-	var nics []dra.NICDevice
-	roots := map[string]string{}
-	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
-	for _, n := range a.served {
-		nd := a.b.nics[n.Name]
-		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath, Drv: nd.drv})
-		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
-			roots[n.Name] = topo.Root
-		} else {
-			a.logger.Warn("PCIe root of a NIC unknown; its device has no pcieRoot attribute", "nic", n.Name, "err", err)
-		}
+	nics, roots, err := a.draNICs()
+	if err != nil {
+		return err
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
@@ -110,6 +102,41 @@ func (a *parts) buildDRA(context.Context) error {
 	}
 	a.fe = &draFront{a: a, mgr: mgr, kube: kube, roots: roots, nri: nri, status: status, pods: pods}
 	return nil
+}
+
+// draCDI is the CDI writer of the claims' specs: the one buildNICs made
+// and the agent closes (parts.closers), not a second that nobody would.
+// DRA hands a claim's devices and environment to its containers only
+// through CDI, so without it no claim could be served: refused, rather
+// than writing specs that cdi.enabled says are off.
+func (a *parts) draCDI() (*cdispec.Writer, error) {
+	if a.b.files.cdi == nil {
+		return nil, errors.New("--api=dra needs CDI: a claim's device and environment reach its containers only through a CDI spec (set cdi.enabled: true)")
+	}
+	return a.b.files.cdi, nil
+}
+
+// draNICs are the served NICs as the claims' Manager takes them, with
+// their PCIe root complexes by name. Every NIC's driver makes services
+// unbound and binds them later: both front ends' services go through the
+// engine's Fabric, whose Driver type says so.
+func (a *parts) draNICs() ([]dra.NICDevice, map[string]string, error) {
+	var nics []dra.NICDevice
+	roots := map[string]string{}
+	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
+	for _, n := range a.served {
+		nd := a.b.nics[n.Name]
+		if nd == nil {
+			return nil, nil, fmt.Errorf("--api=dra: NIC %s is served but not opened", n.Name)
+		}
+		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath, Drv: nd.drv})
+		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
+			roots[n.Name] = topo.Root
+		} else {
+			a.logger.Warn("PCIe root of a NIC unknown; its device has no pcieRoot attribute", "nic", n.Name, "err", err)
+		}
+	}
+	return nics, roots, nil
 }
 
 // draDevices are the node's devices as its ResourceSlice lists them, with

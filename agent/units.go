@@ -56,13 +56,27 @@ func (r *unitResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloc
 	for _, name := range p.CDIDevices {
 		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: name})
 	}
-	r.b.addSlingshot(resp, ids, nics)
+	// Units without NICs (nicsPerUnit 0) get nothing of Slingshot: an
+	// empty SLINGSHOT_DEVICES, a traffic class or a CDI device whose spec
+	// PreStartContainer never writes would tell the container's MPI of a
+	// fabric it cannot use, or fail it.
+	if len(nics) > 0 {
+		r.b.addSlingshot(resp, ids, nics)
+	}
 	return resp, nil
 }
 
 // PreStartContainer binds the units' NICs for the pod, as for the NIC
-// resource.
+// resource. Units without NICs have nothing to bind: no VNI is leased, no
+// service made and no spec written for them, as Allocate gave them none.
 func (r *unitResource) PreStartContainer(ctx context.Context, ids []string) error {
+	nics, err := r.resolve(ids)
+	if err != nil {
+		return err
+	}
+	if len(nics) == 0 {
+		return nil
+	}
 	return r.b.PreStart(ctx, r.name, ids)
 }
 

@@ -87,9 +87,10 @@ type ManagerConfig struct {
 	// holds outlive the agent; nil: held only while the agent runs.
 	Pins engine.Pinner
 	// BindReady says whether a prepared claim's services can be bound
-	// when its pod's sandbox starts (the runtime's NRI connection is up);
-	// nil: always. Prepare refuses while it returns an error: a container
-	// must not start on services that admit nobody.
+	// when its pod's sandbox starts (the runtime's NRI connection is up).
+	// Prepare refuses while it returns an error: a container must not
+	// start on services that admit nobody. Required: no default could
+	// know, and one that said "always" would fail open.
 	BindReady func() error
 }
 
@@ -134,6 +135,9 @@ func NewManager(cfg ManagerConfig) (*Manager, error) {
 	if cfg.Leases == nil {
 		return nil, errors.New("dra: ManagerConfig.Leases is required")
 	}
+	if cfg.BindReady == nil {
+		return nil, errors.New("dra: ManagerConfig.BindReady is required")
+	}
 	if cfg.Events == nil {
 		cfg.Events = event.Nop{}
 	}
@@ -167,10 +171,8 @@ func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim)
 	start := time.Now()
 	defer func() { m.m.observe("prepare", start, err) }()
 	uid := string(claim.UID)
-	if m.cfg.BindReady != nil {
-		if err := m.cfg.BindReady(); err != nil {
-			return nil, fmt.Errorf("claim %s/%s: its services could not be bound when its pod starts: %w", claim.Namespace, claim.Name, err)
-		}
+	if err := m.cfg.BindReady(); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: its services could not be bound when its pod starts: %w", claim.Namespace, claim.Name, err)
 	}
 	unlock := m.claimLocks.Lock(uid)
 	defer unlock()

@@ -217,8 +217,10 @@ func TestClaimStatus(t *testing.T) {
 			t.Errorf("device data %+v, want services %v, VNI %d, LOW_LATENCY and BEST_EFFORT", dd, want, rec.VNI)
 		}
 	}
-	if n := testutil.ToFloat64(metrics.statusWrites.WithLabelValues("ok")); n != 1 {
-		t.Errorf("%v successful status writes, want 1", n)
+	// The status is visible as soon as the API server has it, a moment
+	// before the queue counts the write: wait for the count, bounded.
+	if n, err := waitCount(ctx, metrics.statusWrites.WithLabelValues("ok"), 1); err != nil || n != 1 {
+		t.Errorf("%v successful status writes (%v), want 1", n, err)
 	}
 
 	// Failing writes: Prepare still succeeds; the queue gives up.
@@ -239,8 +241,9 @@ func TestClaimStatus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%d failed writes, want %d", fw.n.Load(), statusAttempts)
 	}
-	if n := testutil.ToFloat64(metrics.statusWrites.WithLabelValues("error")); n < statusAttempts {
-		t.Errorf("%v failed writes counted, want %d", n, statusAttempts)
+	// The writer saw its last call a moment before the queue counted it.
+	if n, err := waitCount(ctx, metrics.statusWrites.WithLabelValues("error"), statusAttempts); err != nil {
+		t.Errorf("%v failed writes counted (%v), want %d", n, err, statusAttempts)
 	}
 	q2.mu.Lock()
 	left := len(q2.pending)
@@ -248,4 +251,15 @@ func TestClaimStatus(t *testing.T) {
 	if left != 0 || fw.n.Load() > statusAttempts {
 		t.Errorf("%d statuses still queued, %d writes; want none after %d attempts", left, fw.n.Load(), statusAttempts)
 	}
+}
+
+// waitCount waits, bounded, until c counts at least want, and returns its
+// count: what a goroutine counts after the effect a test saw.
+func waitCount(ctx context.Context, c prometheus.Collector, want float64) (float64, error) {
+	var n float64
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		n = testutil.ToFloat64(c)
+		return n >= want, nil
+	})
+	return n, err
 }

@@ -144,6 +144,9 @@ func newRig(t *testing.T) *rig {
 		Driver: testDriver, Node: "node-a", NICs: nics, CDI: w,
 		Policy:    func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses} },
 		OpenNetns: openFakeNetns,
+		// The NRI connection is up: these tests are about the claims, and
+		// the ones about readiness set their own.
+		BindReady: func() error { return nil },
 	}
 	r.restart()
 	return r
