@@ -109,7 +109,10 @@ type binder struct {
 	fab   *engine.Fabric
 	pods  podFinder
 	netns netnsFinder
-	ns    engine.Namespaces
+	// annotations reads a pod's annotations from the API server where the
+	// runtime did not report them; nil without an API server.
+	annotations annotationReader
+	ns          engine.Namespaces
 	// addrs allocates the pods' hsn addresses, linker puts their hsn
 	// interfaces in place; addrs is nil where the node has no IPAM.
 	addrs   addressAllocator
@@ -249,7 +252,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	_, recorded := b.store.Get(key)
 	fresh := !recorded
 	if fresh {
-		opts, err := b.optionsFor(pod, handle)
+		opts, err := b.optionsFor(ctx, pod, handle)
 		if err != nil {
 			return err
 		}

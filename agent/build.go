@@ -282,6 +282,13 @@ func (a *parts) buildResources(context.Context) error {
 	for _, n := range a.served {
 		a.m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
 	}
+	if a.kcfg != nil {
+		read, err := apiAnnotations(a.kcfg)
+		if err != nil {
+			return err
+		}
+		b.annotations = read
+	}
 	f := &pluginFront{a: a}
 	if err := a.buildUnits(f); err != nil {
 		return err

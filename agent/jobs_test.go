@@ -216,3 +216,51 @@ func TestReservationsShown(t *testing.T) {
 		t.Fatalf("slingshot_agent_nic_free{cxi0, TLE pools} = %v, want 2", v)
 	}
 }
+
+// Issue 32, defect 4: where the runtime reports nothing of the pod with
+// its namespace (found through /proc), its service-options annotation was
+// ignored and the pod recorded without its options for good, with no
+// event. The annotations are read from the API server then, and a failed
+// read fails the bind (the kubelet retries) rather than record the pod
+// without what it asked.
+func TestOptionsReadFromTheAPIServerWhereTheRuntimeTellsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		read    annotationReader
+		wantTCs string // "": the bind fails
+	}{
+		{"read", func(_ context.Context, ns, name, uid string) (map[string]string, error) {
+			if ns != "hpc" || name != "a" || uid != "uid-a" {
+				return nil, errors.New("asked for another pod")
+			}
+			return options(`{"trafficClasses":["BULK_DATA"]}`), nil
+		}, cxi.TrafficClasses(1 << 2).String()},
+		{"unreadable", func(context.Context, string, string, string) (map[string]string, error) {
+			return nil, errors.New("the API server is unreachable")
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := jobsRig(t, nil)
+			r.b.netns = fakeNetns{"uid-a": 4026532001} // found through /proc: no annotations
+			r.b.annotations = tc.read
+			r.pods.set(pod("hpc", "a", "uid-a", "main", dev0))
+			err := r.b.PreStart(t.Context(), res, []string{dev0})
+			if tc.wantTCs == "" {
+				if err == nil || !strings.Contains(err.Error(), "could not be read") {
+					t.Fatalf("PreStart with unreadable annotations: %v, want it refused", err)
+				}
+				if r.has("hpc/a") || len(r.leaser.held) != 0 {
+					t.Fatal("a refused bind left a record or a lease")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := r.record(t, "hpc/a")
+			if rec.Options == nil || cxi.TrafficClasses(rec.Options.TCs).String() != tc.wantTCs {
+				t.Fatalf("recorded options %+v, want traffic classes %s", rec.Options, tc.wantTCs)
+			}
+		})
+	}
+}

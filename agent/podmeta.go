@@ -72,3 +72,24 @@ func (w *podMetaWatch) meta(namespace, name, uid string) (labels, annotations ma
 	}
 	return m.Labels, m.Annotations, true
 }
+
+// apiAnnotations reads a pod's annotations with one metadata-only GET:
+// the device plugin's pod path asks only where the runtime did not report
+// them with the sandbox (its namespace found through /proc).
+func apiAnnotations(cfg *rest.Config) (annotationReader, error) {
+	client, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes metadata client: %w", err)
+	}
+	pods := client.Resource(corev1.SchemeGroupVersion.WithResource("pods"))
+	return func(ctx context.Context, namespace, name, uid string) (map[string]string, error) {
+		m, err := pods.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if uid != "" && m.UID != types.UID(uid) {
+			return nil, fmt.Errorf("pod %s/%s has UID %s on the API server, not %s", namespace, name, m.UID, uid)
+		}
+		return m.Annotations, nil
+	}, nil
+}
