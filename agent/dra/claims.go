@@ -86,6 +86,13 @@ type ManagerConfig struct {
 	// Pins pins the namespaces the claims' services admit, so that the
 	// holds outlive the agent; nil: held only while the agent runs.
 	Pins engine.Pinner
+	// BindBudget bounds a bind at the sandbox (Bind): the runtime gives an
+	// NRI plugin a bounded time per request (containerd's
+	// plugin_request_timeout, 2 s by default) and fails or goes on without
+	// it past that, so a destroy retried on EBUSY must not outlast it. A
+	// bind that runs out fails the sandbox, which the kubelet makes again,
+	// and the next one retries. 0: DefaultBindBudget.
+	BindBudget time.Duration
 	// BindReady says whether a prepared claim's services can be bound
 	// when its pod's sandbox starts (the runtime's NRI connection is up).
 	// Prepare refuses while it returns an error: a container must not
@@ -93,6 +100,10 @@ type ManagerConfig struct {
 	// know, and one that said "always" would fail open.
 	BindReady func() error
 }
+
+// DefaultBindBudget leaves a bind at the sandbox half a second of
+// containerd's default plugin_request_timeout (2 s).
+const DefaultBindBudget = 1500 * time.Millisecond
 
 // Netns is a network namespace held open (engine.Handle): while it is,
 // the kernel cannot free it, so the inode the services name cannot pass
@@ -576,6 +587,12 @@ func (m *Manager) Bind(ctx context.Context, sb Sandbox) (err error) {
 	}
 	start := time.Now()
 	defer func() { m.m.observe("bind", start, err) }()
+	budget := m.cfg.BindBudget
+	if budget <= 0 {
+		budget = DefaultBindBudget
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	if sb.NetnsPath == "" {
 		return fmt.Errorf("%w: pod %s has claims of %s but no network namespace of its own (hostNetwork); a service admitting the host's namespace would admit every host process",
 			ErrNotBound, sb.key(), m.cfg.Driver)

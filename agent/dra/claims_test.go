@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -370,5 +371,58 @@ func TestTwoClaimsWithoutEnvSuffixRefused(t *testing.T) {
 	}
 	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
 		t.Fatalf("bind with an envSuffix on one claim: %v", err)
+	}
+}
+
+// Issue 32, defect 5: a bind at the sandbox replacing a service that
+// stays busy (EBUSY) retried its destroy for the driver client's whole
+// round (about 6 s), past the time the runtime gives an NRI request
+// (containerd's plugin_request_timeout, 2 s). It now answers within its
+// budget, the sandbox fails without a container started unbound, and a
+// sandbox made again once the service is free binds and runs.
+func TestBindAtTheSandboxAnswersWithinItsBudget(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	r.cfg.BindBudget = 100 * time.Millisecond
+	r.restart()
+	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
+		t.Fatal(err)
+	}
+	// A process of the old sandbox still holds an LNI on the service.
+	old := r.services("cxi0")[0].Desc.SvcID
+	if err := r.sims["cxi0"].SetInUse(old, 1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := r.m.Bind(ctx, sandbox("train-0", 4026531950))
+	// The client's destroy round lasts seconds: a bind that waited for it
+	// would take them all.
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the bind took %v with a 100ms budget", took)
+	}
+	if !errors.Is(err, ErrNotBound) {
+		t.Fatalf("bind replacing a busy service: %v, want ErrNotBound", err)
+	}
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531950), nil); !errors.Is(err, ErrNotBound) {
+		t.Fatalf("a container of the unbound sandbox: %v, want refused", err)
+	}
+	for _, s := range r.services("cxi0") {
+		if slices.Contains(s.NetNS, 4026531950) {
+			t.Fatalf("service %d admits the new namespace after the failed bind", s.Desc.SvcID)
+		}
+	}
+	// The old sandbox's process is gone; the kubelet makes the sandbox
+	// again.
+	if err := r.sims["cxi0"].SetInUse(old, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.m.Bind(ctx, sandbox("train-0", 4026531960)); err != nil {
+		t.Fatalf("bind once the service is free: %v", err)
+	}
+	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531960), nil); err != nil {
+		t.Fatalf("a container of the bound sandbox: %v", err)
 	}
 }
