@@ -95,9 +95,8 @@ var rows = []row{
 			{`histogram_quantile(0.5, sum by (le) (rate(slingshot_agent_cleanup_duration_seconds_bucket{` + nodeSel + `}` + ri + `)))`, "p50"},
 			{p99("slingshot_agent_cleanup_duration_seconds", "", nodeSel), "p99"},
 		}},
-		{title: "Service failures", description: "Failed CXI service operations per second, EBUSY retries on destroy, and services stuck after a round of retries.", unit: "ops", queries: []query{
+		{title: "Service failures", description: "Failed CXI service operations per second (both APIs), EBUSY retries on destroy, and services stuck after a round of retries.", unit: "ops", queries: []query{
 			{`sum by (op) (rate(slingshot_agent_service_errors_total{` + nodeSel + `}` + ri + `))`, "error {{op}}"},
-			{`sum by (op) (rate(slingshot_agent_dra_service_errors_total{` + nodeSel + `}` + ri + `))`, "DRA error {{op}}"},
 			{`sum(rate(slingshot_agent_service_busy_total{` + nodeSel + `}` + ri + `))`, "busy (retried)"},
 			{`sum(rate(slingshot_agent_stuck_services_total{` + nodeSel + `}` + ri + `))`, "stuck"},
 		}},
