@@ -37,7 +37,7 @@ func TestBuildDRAFailsClosedAndMakesNoSecondCDIWriter(t *testing.T) {
 				logger: testLogger(t), reg: prometheus.NewPedanticRegistry(), events: event.Nop{},
 				// Never contacted: nothing is run.
 				kube: fake.NewClientset(), kcfg: &rest.Config{Host: "https://127.0.0.1:1"},
-				b:      r.b,
+				b: r.b, m: r.b.metrics,
 				served: []sysfs.NIC{{Name: "cxi0", PCIAddress: "0000:21:00.0"}, {Name: "cxi1", PCIAddress: "0000:22:00.0"}},
 			}
 			a.cfg.NICResource.Name = res
