@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
@@ -415,20 +414,7 @@ func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []stri
 // "Reason: message"; it fails the test with what it waited for.
 func waitPodWarning(t *testing.T, ctx context.Context, ns, pod, what string, match func(msg string) bool) string {
 	t.Helper()
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && (pod == "" || ev.InvolvedObject.Name == pod) && ev.Type == corev1.EventTypeWarning && match(ev.Message) {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	why, err := env.WaitPodWarning(ctx, ns, pod, match)
 	if err != nil {
 		t.Fatalf("no warning event on the pod %s: %v\n%s", what, err, env.Describe(ctx))
 	}

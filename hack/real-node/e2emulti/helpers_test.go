@@ -277,7 +277,7 @@ func agentProcess(t *testing.T, ne *cluster.Env) int {
 func agentPod(t *testing.T, name string) corev1.Pod {
 	t.Helper()
 	list, err := env.Node.Client.CoreV1().Pods(cluster.Namespace).List(t.Context(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+		LabelSelector: cluster.AgentSelector, FieldSelector: "spec.nodeName=" + name,
 	})
 	if err != nil {
 		t.Fatal(err)
