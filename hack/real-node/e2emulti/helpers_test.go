@@ -95,10 +95,9 @@ func runSpread(t *testing.T, ns string, j *batchv1.Job) map[string]corev1.Pod {
 // admit the pod's network namespace.
 type podView struct {
 	cluster.PodView
-	EnvVNIs  string            // SLINGSHOT_VNIS in the app's environment (CDI)
-	FileVNIs string            // SLINGSHOT_VNIS in the env file ("" with DRA)
-	VNI      uint16            // the first of EnvVNIs: the job's (or the pod's own) VNI
-	Env      map[string]string // the app's whole environment
+	EnvVNIs  string // SLINGSHOT_VNIS in the app's environment (CDI)
+	FileVNIs string // SLINGSHOT_VNIS in the env file ("" with DRA)
+	VNI      uint16 // the first of EnvVNIs: the job's (or the pod's own) VNI
 	// Services are found by the namespace they admit, whichever front
 	// end made them: the driver's state names no pod.
 	Services []simstate.Service
@@ -109,7 +108,6 @@ type podView struct {
 func viewPod(t *testing.T, p corev1.Pod) podView {
 	t.Helper()
 	v := podView{PodView: cluster.ViewPod(t, p)}
-	v.Env = v.App.Env
 	v.EnvVNIs = v.App.Env["SLINGSHOT_VNIS"]
 	if *apiFlag == cluster.APIDevicePlugin {
 		file, err := cluster.EnvFile(v.App.Pid, envFile)
