@@ -66,8 +66,8 @@ func (e *Env) BindFailOnSecondNIC(t *testing.T, ns string, b BindFailure) {
 		}
 	})
 	job := b.Job(t, ns)
-	// No grace: the pod never ran, and the namespace's deletion should
-	// not wait for it.
+	// No grace: the namespace's deletion at the test's end need not wait
+	// out the workload's.
 	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
 	if _, err := e.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create job %s/%s: %v", ns, job.Name, err)
