@@ -324,3 +324,33 @@ func (e *Env) WaitNICsFree(ctx context.Context) error {
 	}
 	return nil
 }
+
+// AgentSelector selects the agent's pods: the chart's component label.
+const AgentSelector = "app.kubernetes.io/component=agent"
+
+// DeleteAgentPod deletes the agent's one pod, as an operator restarting
+// the agent would, and returns its UID: the DaemonSet makes a new one.
+func (e *Env) DeleteAgentPod(ctx context.Context) (types.UID, error) {
+	c := e.Node.Client.CoreV1().Pods(Namespace)
+	old, err := c.List(ctx, metav1.ListOptions{LabelSelector: AgentSelector})
+	if err != nil {
+		return "", fmt.Errorf("agent pods: %w", err)
+	}
+	if len(old.Items) != 1 {
+		return "", fmt.Errorf("agent pods: %d, want 1", len(old.Items))
+	}
+	if err := c.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		return "", fmt.Errorf("delete agent pod %s: %w", old.Items[0].Name, err)
+	}
+	return old.Items[0].UID, nil
+}
+
+// ReplaceAgentPod deletes the agent's pod and waits until the DaemonSet's
+// new one is Ready.
+func (e *Env) ReplaceAgentPod(ctx context.Context) error {
+	old, err := e.DeleteAgentPod(ctx)
+	if err != nil {
+		return err
+	}
+	return e.WaitReplaced(ctx, Namespace, AgentSelector, old)
+}

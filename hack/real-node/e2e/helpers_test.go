@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,24 +14,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
-	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
 
-// envFile is the agent's per-container env file as the container sees it
-// (agent.ContainerDir + "/" + agent.EnvFileName).
-const envFile = "/var/run/slingshot/slingshot.env"
+// envFile is the agent's per-container env file as the container sees it.
+const envFile = cluster.ContainerEnvFile
 
 // podView is what the node shows of one running pod: its processes, the
 // Slingshot values its container got, and the CXI services the agent
 // made for it.
 type podView struct {
-	Key      string // namespace/name
-	UID      string
-	Netns    uint32 // the pod's network namespace inode, as the host sees it
+	cluster.PodView
 	EnvVNIs  string // SLINGSHOT_VNIS in the app's environment (CDI)
 	FileVNIs string // SLINGSHOT_VNIS in the env file
 	JobVNI   uint16 // the first of SLINGSHOT_VNIS
+	// Services are those the agent reports for the pod: the device plugin
+	// names its services by the pod they serve.
 	Services []inspect.Service
 	// HSN is the pod's hsn interface as the agent reports it, and
 	// HSNLink as the pod's network namespace has it: "hsn0 macvlan up
@@ -42,30 +39,9 @@ type podView struct {
 
 func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 	t.Helper()
-	v := podView{Key: p.Namespace + "/" + p.Name, UID: string(p.UID)}
-	procs, err := cluster.PodProcesses(v.UID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var app *cluster.Process
-	for i, pr := range procs {
-		ino, err := netns.ParseNetnsLink(pr.Netns)
-		if err != nil {
-			t.Fatalf("pod %s pid %d: %v", v.Key, pr.Pid, err)
-		}
-		if v.Netns != 0 && ino != v.Netns {
-			t.Errorf("pod %s: processes in two network namespaces, %d and %d", v.Key, v.Netns, ino)
-		}
-		v.Netns = ino
-		if strings.HasSuffix(pr.Exe, "/workload") {
-			app = &procs[i]
-		}
-	}
-	if app == nil {
-		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
-	}
-	v.EnvVNIs = app.Env["SLINGSHOT_VNIS"]
-	links, err := cluster.Links(t.Context(), fmt.Sprintf("/proc/%d/ns/net", app.Pid))
+	v := podView{PodView: cluster.ViewPod(t, p)}
+	v.EnvVNIs = v.App.Env["SLINGSHOT_VNIS"]
+	links, err := cluster.Links(t.Context(), fmt.Sprintf("/proc/%d/ns/net", v.App.Pid))
 	if err != nil {
 		t.Fatalf("pod %s: %v", v.Key, err)
 	}
@@ -79,15 +55,12 @@ func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 			v.HSN = p.HSN
 		}
 	}
-	file, err := cluster.EnvFile(app.Pid, envFile)
+	file, err := cluster.EnvFile(v.App.Pid, envFile)
 	if err != nil {
 		t.Errorf("pod %s: env file: %v", v.Key, err)
 	}
 	v.FileVNIs = file["SLINGSHOT_VNIS"]
-	first, _, _ := strings.Cut(v.FileVNIs, ",")
-	if n, err := strconv.ParseUint(first, 10, 16); err == nil {
-		v.JobVNI = uint16(n)
-	}
+	v.JobVNI = cluster.FirstVNI(v.FileVNIs)
 	for _, s := range rep.Services {
 		if s.Pod == v.Key {
 			v.Services = append(v.Services, s)
@@ -110,7 +83,7 @@ func checkIsolated(t *testing.T, v podView, nics int) {
 	if len(v.Services) != nics {
 		t.Errorf("pod %s: %d services, want %d: %+v", v.Key, len(v.Services), nics, v.Services)
 	}
-	wantMember := fmt.Sprintf("netns=%d", v.Netns)
+	wantMember := cluster.NetnsMember(v.Netns)
 	for _, s := range v.Services {
 		if !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) || !slices.Contains(s.VNIs, v.JobVNI) {
 			t.Errorf("pod %s: service %s/%d enabled=%v members=%v vnis=%v; want enabled, members [%s], VNI %d",
@@ -198,16 +171,11 @@ func diffState(before, after nodeState) string {
 // what a restart must not do, it would do in that window.
 func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []string, before nodeState, d time.Duration) {
 	t.Helper()
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		if diff := diffState(before, captureState(t, ctx, pods, specs)); diff != "" {
-			t.Fatalf("the node's state changed:\n%s", diff)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
+	err := env.HoldsFor(ctx, d, func(ctx context.Context) string {
+		return diffState(before, captureState(t, ctx, pods, specs))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -215,46 +183,11 @@ func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []stri
 // hsn address of any of the pods, and the controller no hold of the node
 // on vni; it returns when that was first seen.
 func waitCleanedUp(ctx context.Context, pods []string, vni uint16) (time.Time, error) {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		rep, err := env.Inspect(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, s := range rep.Services {
-			if slices.Contains(pods, s.Pod) {
-				last = fmt.Sprintf("service %s/%d of %s", s.NIC, s.ID, s.Pod)
-				return false, nil
-			}
-		}
-		for _, p := range rep.Pods {
-			if slices.Contains(pods, p.Namespace+"/"+p.Name) {
-				last = fmt.Sprintf("pod %s/%s %s", p.Namespace, p.Name, p.State)
-				return false, nil
-			}
-		}
-		for _, al := range allocations(rep) {
-			if slices.Contains(pods, al.Pod) {
-				last = fmt.Sprintf("hsn address %s of %s", al.Address, al.Pod)
-				return false, nil
-			}
-		}
-		holders, err := env.VNIHolders(ctx, vni)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		if slices.Contains(holders, env.Node.Name) {
-			last = fmt.Sprintf("VNI %d still held by %v", vni, holders)
-			return false, nil
-		}
-		return true, nil
+	return env.WaitCleanedUp(ctx, cluster.Cleanup{
+		VNI: vni, Leftovers: []cluster.Leftover{env.ReportedPods(pods)},
+		// Often: TestJobDeletedCleansUp measures the cleanup's lag.
+		Interval: 50 * time.Millisecond, Timeout: time.Minute,
 	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("cleanup: %w (last: %s)", err, last)
-	}
-	return time.Now(), nil
 }
 
 func podKeys(pods []corev1.Pod) []string {

@@ -149,7 +149,7 @@ func TestHSNInterfaceTCP(t *testing.T) {
 	}
 	ours := []netip.Addr{hsnA.addr.Addr(), fixed}
 	if err := waitHSN(ctx, "the pods' addresses released", func(rep *inspect.Report) string {
-		for _, al := range allocations(rep) {
+		for _, al := range cluster.Allocations(rep) {
 			if strings.HasPrefix(al.Pod, ns+"/") || slices.Contains(ours, al.Address) {
 				return fmt.Sprintf("%s held by %s (%s)", al.Address, al.Pod, al.Owner)
 			}
@@ -167,7 +167,7 @@ func TestHSNInterfaceTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep, err = env.Inspect(ctx); err == nil {
-		t.Logf("after the Jobs: %d addresses of the node allocated, slices %v", len(allocations(rep)), slicesOf(rep))
+		t.Logf("after the Jobs: %d addresses of the node allocated, slices %v", len(cluster.Allocations(rep)), slicesOf(rep))
 	}
 }
 
@@ -245,17 +245,10 @@ func slicesOf(rep *inspect.Report) []string {
 	return out
 }
 
-func allocations(rep *inspect.Report) []ipam.Allocation {
-	if rep.IPAM == nil {
-		return nil
-	}
-	return rep.IPAM.Allocations
-}
-
 // allocationsOf lists the pods holding addr.
 func allocationsOf(rep *inspect.Report, addr netip.Addr) []string {
 	var out []string
-	for _, al := range allocations(rep) {
+	for _, al := range cluster.Allocations(rep) {
 		if al.Address == addr {
 			out = append(out, al.Pod)
 		}

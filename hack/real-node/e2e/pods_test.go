@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
@@ -134,17 +133,7 @@ func TestKubeletRestart(t *testing.T) {
 // one, which adopts the running pods' services.
 func TestAgentPodDeleted(t *testing.T) {
 	restartKeeps(t, "agent", func(t *testing.T) {
-		ctx := t.Context()
-		c := env.Node.Client.CoreV1().Pods(cluster.Namespace)
-		sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"}
-		old, err := c.List(ctx, sel)
-		if err != nil || len(old.Items) != 1 {
-			t.Fatalf("agent pods: %v, %v", old, err)
-		}
-		if err := c.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.WaitReplaced(ctx, cluster.Namespace, sel.LabelSelector, old.Items[0].UID); err != nil {
+		if err := env.ReplaceAgentPod(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	})

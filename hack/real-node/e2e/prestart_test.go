@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
@@ -108,20 +105,7 @@ func TestHostNetworkRefused(t *testing.T) {
 	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Message, "host network") {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	why, err := env.WaitPodWarning(ctx, ns, "", func(msg string) bool { return strings.Contains(msg, "host network") })
 	if err != nil {
 		t.Fatalf("no event says the host network was refused: %v\n%s", err, env.Describe(ctx))
 	}

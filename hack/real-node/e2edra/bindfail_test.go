@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
-	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
@@ -31,69 +30,39 @@ import (
 // enables again the kubelet's retry binds the claim and the pod runs.
 func TestDRABindFailingOnSecondNIC(t *testing.T) {
 	needDRA(t)
-	ctx := t.Context()
-	ns := env.TestNamespace(t, "dra-bindfail")
-	createTemplate2(t, ns, "two")
-	clear, err := env.InjectFault("cxi1", sim.Fault{Op: uapi.OpSvcEnable, Errno: syscall.ENOSPC, Count: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cleared := false
-	t.Cleanup(func() {
-		if !cleared {
-			_ = clear()
-		}
+	env.BindFailOnSecondNIC(t, env.TestNamespace(t, "dra-bindfail"), cluster.BindFailure{
+		// DRA makes the services at prepare and binds them at the sandbox.
+		Op: uapi.OpSvcEnable,
+		Job: func(t *testing.T, ns string) *batchv1.Job {
+			createTemplate2(t, ns, "two")
+			job := cluster.ClaimJob(cluster.BindFailJob, 1, "two")
+			env.WithServiceCheck(&job.Spec.Template.Spec)
+			return job
+		},
+		Unbound: claimUnbound,
+		CheckRunning: func(t *testing.T, ctx context.Context, pod corev1.Pod) {
+			t.Helper()
+			checkBound(t, viewDRAPod(t, ctx, pod))
+		},
 	})
-	job := cluster.ClaimJob("bindfail", 1, "two")
-	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
-	env.WithServiceCheck(&job.Spec.Template.Spec)
-	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	why, err := env.WaitAgentEvent(ctx, ns, "Pod", "", "CXIBindRefused")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, env.Describe(ctx))
-	}
-	if !strings.Contains(why, "cxi1") || !strings.Contains(why, syscall.ENOSPC.Error()) || !strings.Contains(why, "What to do") {
-		t.Errorf("event %q: want cxi1, %q and what to do", why, syscall.ENOSPC.Error())
-	}
+}
 
+// claimUnbound is TestDRABindFailingOnSecondNIC's condition while the
+// kubelet retries the sandbox: each try binds cxi0 before cxi1 refuses,
+// and between tries every service of the claim must be unbound.
+// Unbinding makes a service again (the driver cannot drop a member), so
+// the claim is read afresh each time.
+func claimUnbound(t *testing.T, ctx context.Context, ns string, _ corev1.Pod) (string, func(context.Context) (string, bool)) {
+	t.Helper()
 	claim := preparedClaim(t, ctx, ns)
 	if len(claim.Services) != 2 || !strings.HasPrefix(claim.Services[0], "cxi0:") || !strings.HasPrefix(claim.Services[1], "cxi1:") {
 		// The bind goes in the claim's device order; with cxi1 first the
 		// fault would hit the first NIC and prove nothing of the second.
 		t.Fatalf("claim %s/%s has services %v, want cxi0's then cxi1's", claim.Namespace, claim.Name, claim.Services)
 	}
-	// The kubelet retries the sandbox meanwhile, and each try binds cxi0
-	// before cxi1 refuses: between tries every service must be unbound.
-	// Unbinding makes a service again (the driver cannot drop a member),
-	// so the claim is read afresh each time.
-	var state string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var unbound bool
-		state, unbound = claimServicesUnbound(t, preparedClaim(t, ctx, ns))
-		return unbound, nil
-	})
-	if err != nil {
-		t.Fatalf("the claim's services are not all unbound after the failed bind: %s\n%s", state, env.Describe(ctx))
+	return "the claim's services are not all unbound", func(ctx context.Context) (string, bool) {
+		return claimServicesUnbound(t, preparedClaim(t, ctx, ns))
 	}
-	pods, err := env.Node.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil || len(pods.Items) != 1 {
-		t.Fatalf("pods of the job: %d (err %v), want 1", len(pods.Items), err)
-	}
-	if cluster.Started(&pods.Items[0]) {
-		t.Fatalf("the container started although its claim is not bound: %+v", pods.Items[0].Status.ContainerStatuses)
-	}
-
-	cleared = true
-	if err := clear(); err != nil {
-		t.Fatal(err)
-	}
-	running, err := env.WaitRunning(ctx, ns, "job-name=bindfail", 1)
-	if err != nil {
-		t.Fatalf("the pod did not start once cxi1 enabled services again: %v\n%s", err, env.Describe(ctx))
-	}
-	checkBound(t, viewDRAPod(t, ctx, running[0]))
 }
 
 // createTemplate2 makes a ResourceClaimTemplate of both NICs, with a

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,12 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
-	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
@@ -51,11 +47,8 @@ type svcCheck struct {
 
 // draPod is what the node shows of one running pod with a claim.
 type draPod struct {
-	Key, UID string
-	// Netns is the pod's network namespace inode, as the host sees it.
-	Netns uint32
-	// AppPid is the workload process.
-	AppPid int
+	// PodView is its processes: its network namespace and the workload's.
+	cluster.PodView
 	// Env is the workload's SLINGSHOT_* environment; Devices, SvcIDs and
 	// VNIs its parsed lists.
 	Env     map[string]string
@@ -72,7 +65,9 @@ type draPod struct {
 	// Checks are the workload's svccheck lines.
 	Checks []svcCheck
 	// Reported are the agent's report (inspect) of the pod's claims, by
-	// claim UID, and of the services the environment names, by svcKey.
+	// claim UID, and of the services the environment names, by svcKey:
+	// with DRA the report names no pod in a service, so the pod's are
+	// found by their NIC and ID.
 	Reported    map[string]inspect.Claim
 	ReportedSvc map[string]inspect.Service
 }
@@ -87,31 +82,11 @@ func (v draPod) JobVNI() uint16 {
 
 func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
 	t.Helper()
-	v := draPod{Key: p.Namespace + "/" + p.Name, UID: string(p.UID), Env: map[string]string{}}
-	procs, err := cluster.PodProcesses(v.UID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pr := range procs {
-		ino, err := netns.ParseNetnsLink(pr.Netns)
-		if err != nil {
-			t.Fatalf("pod %s pid %d: %v", v.Key, pr.Pid, err)
+	v := draPod{PodView: cluster.ViewPod(t, p), Env: map[string]string{}}
+	for k, val := range v.App.Env {
+		if strings.HasPrefix(k, "SLINGSHOT_") {
+			v.Env[k] = val
 		}
-		if v.Netns != 0 && ino != v.Netns {
-			t.Errorf("pod %s: processes in two network namespaces, %d and %d", v.Key, v.Netns, ino)
-		}
-		v.Netns = ino
-		if strings.HasSuffix(pr.Exe, "/workload") {
-			v.AppPid = pr.Pid
-			for k, val := range pr.Env {
-				if strings.HasPrefix(k, "SLINGSHOT_") {
-					v.Env[k] = val
-				}
-			}
-		}
-	}
-	if v.AppPid == 0 {
-		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
 	}
 	v.Devices = splitList(v.Env["SLINGSHOT_DEVICES"])
 	for _, s := range splitList(v.Env["SLINGSHOT_SVC_IDS"]) {
@@ -218,10 +193,10 @@ func checkBound(t *testing.T, v draPod) {
 		t.Errorf("pod %s: SLINGSHOT_SVC_IDS %v for SLINGSHOT_DEVICES %v", v.Key, v.SvcIDs, v.Devices)
 	}
 	for _, d := range v.Devices {
-		if err := charDevice(v.AppPid, "/dev/"+d); err != nil {
+		if err := charDevice(v.App.Pid, "/dev/"+d); err != nil {
 			// Where the node's device node is instead, if anywhere.
 			instead := "nowhere else"
-			if hp := filepath.Join(env.Machine.DevRoot, d); charDevice(v.AppPid, hp) == nil {
+			if hp := filepath.Join(env.Machine.DevRoot, d); charDevice(v.App.Pid, hp) == nil {
 				instead = "at its host path " + hp
 			}
 			t.Errorf("pod %s: /dev/%s in the container: %v; the device is %s", v.Key, d, err, instead)
@@ -254,7 +229,7 @@ func checkBound(t *testing.T, v draPod) {
 		}
 		k := svcKey(nic, v.SvcIDs[i])
 		s, ok := v.ReportedSvc[k]
-		if wantMember := fmt.Sprintf("netns=%d", v.Netns); !ok || !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) {
+		if wantMember := cluster.NetnsMember(v.Netns); !ok || !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) {
 			t.Errorf("pod %s: the agent reports service %s as %+v (found %v); want enabled with members [%s]", v.Key, k, s, ok, wantMember)
 		}
 	}
@@ -412,66 +387,26 @@ func diffDRA(before, after draState) string {
 // restart must not do, it would do in that window.
 func holdsFor(t *testing.T, ctx context.Context, before draState, d time.Duration) {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if diff := diffDRA(before, currentDRA(t, ctx, before)); diff != "" {
-			t.Fatalf("the node's state changed:\n%s\n%s", diff, env.Describe(ctx))
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
+	err := env.HoldsFor(ctx, d, func(ctx context.Context) string {
+		return diffDRA(before, currentDRA(t, ctx, before))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 // waitDRACleanedUp waits until the services are gone from the driver, the
 // CDI specs from the node, the claims from the API server, and the node's
-// hold on vni from the controller; it returns when that was first seen.
+// hold on vni (when not 0) from the controller; it returns when that was
+// first seen.
 func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []string, claims []*resourcev1.ResourceClaim, vni uint16) (time.Time, error) {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, s := range svcs {
-			if _, ok, err := simstate.Find(env.SimStateDir, s.NIC, s.ID); ok || err != nil {
-				last = fmt.Sprintf("service %s still in the driver (%v)", svcKey(s.NIC, s.ID), err)
-				return false, nil
-			}
-		}
-		for _, p := range specs {
-			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-				last = fmt.Sprintf("CDI spec %s still there (%v)", p, err)
-				return false, nil
-			}
-		}
-		for _, c := range claims {
-			_, err := env.Node.Client.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
-			if !apierrors.IsNotFound(err) {
-				last = fmt.Sprintf("claim %s/%s still there (%v)", c.Namespace, c.Name, err)
-				return false, nil
-			}
-		}
-		if vni != 0 {
-			holders, err := env.VNIHolders(ctx, vni)
-			if err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			if slices.Contains(holders, env.Node.Name) {
-				last = fmt.Sprintf("VNI %d still held by %v", vni, holders)
-				return false, nil
-			}
-		}
-		return true, nil
+	return env.WaitCleanedUp(ctx, cluster.Cleanup{
+		VNI: vni,
+		Leftovers: []cluster.Leftover{
+			env.DriverServicesGone(svcs), cluster.FilesGone("CDI spec", specs), env.ClaimsGone(claims),
+		},
+		Interval: 100 * time.Millisecond, Timeout: 2 * time.Minute,
 	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("cleanup: %w (last: %s)\n%s", err, last, env.Describe(ctx))
-	}
-	return time.Now(), nil
 }
 
 // waitPodWarning waits for a warning event on a pod in ns (on the pod
@@ -479,20 +414,7 @@ func waitDRACleanedUp(ctx context.Context, svcs []simstate.Service, specs []stri
 // "Reason: message"; it fails the test with what it waited for.
 func waitPodWarning(t *testing.T, ctx context.Context, ns, pod, what string, match func(msg string) bool) string {
 	t.Helper()
-	var why string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := env.Node.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if ev.InvolvedObject.Kind == "Pod" && (pod == "" || ev.InvolvedObject.Name == pod) && ev.Type == corev1.EventTypeWarning && match(ev.Message) {
-				why = fmt.Sprintf("%s: %s", ev.Reason, ev.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	why, err := env.WaitPodWarning(ctx, ns, pod, match)
 	if err != nil {
 		t.Fatalf("no warning event on the pod %s: %v\n%s", what, err, env.Describe(ctx))
 	}

@@ -40,20 +40,17 @@ func TestDRANRIUnreachableFailsClosed(t *testing.T) {
 	}
 	t.Cleanup(restore)
 
-	c := env.Node.Client.CoreV1().Pods(cluster.Namespace)
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"}
-	old, err := c.List(ctx, sel)
-	if err != nil || len(old.Items) != 1 {
-		t.Fatalf("agent pods: %v, %v", old, err)
-	}
-	if err := c.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+	oldUID, err := env.DeleteAgentPod(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c := env.Node.Client.CoreV1().Pods(cluster.Namespace)
+	sel := metav1.ListOptions{LabelSelector: cluster.AgentSelector}
 	// The new agent runs, registered with the kubelet, but is not ready.
 	var agent corev1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := c.List(ctx, sel)
-		if err != nil || len(list.Items) != 1 || list.Items[0].UID == old.Items[0].UID {
+		if err != nil || len(list.Items) != 1 || list.Items[0].UID == oldUID {
 			return false, nil
 		}
 		agent = list.Items[0]
@@ -95,7 +92,7 @@ func TestDRANRIUnreachableFailsClosed(t *testing.T) {
 		t.Fatalf("after the NRI socket came back: %v\n%s", err, env.Describe(ctx))
 	}
 	checkBound(t, viewDRAPod(t, ctx, pods[0]))
-	if err := env.WaitReplaced(ctx, cluster.Namespace, sel.LabelSelector, old.Items[0].UID); err != nil {
+	if err := env.WaitReplaced(ctx, cluster.Namespace, sel.LabelSelector, oldUID); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
@@ -54,16 +53,7 @@ func TestDRARestarts(t *testing.T) {
 	t.Log("kubelet restarted: state kept")
 
 	// The agent: its pod deleted and replaced.
-	c := env.Node.Client.CoreV1().Pods(cluster.Namespace)
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"}
-	old, err := c.List(ctx, sel)
-	if err != nil || len(old.Items) != 1 {
-		t.Fatalf("agent pods: %v, %v", old, err)
-	}
-	if err := c.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.WaitReplaced(ctx, cluster.Namespace, sel.LabelSelector, old.Items[0].UID); err != nil {
+	if err := env.ReplaceAgentPod(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.WaitResourceSlices(ctx, env.PhysicalNICs()); err != nil {

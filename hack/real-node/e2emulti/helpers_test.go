@@ -18,16 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/slingshot-k8s/slingshot/agent/netns"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
 
-// envFile is the agent's per-container env file as the container sees it
-// (agent.ContainerDir + "/" + agent.EnvFileName); device-plugin mode only.
-const envFile = "/var/run/slingshot/slingshot.env"
+// envFile is the agent's per-container env file as the container sees it;
+// device-plugin mode only.
+const envFile = cluster.ContainerEnvFile
 
 // podVNIPool is the controller's pool of pod-scoped VNIs
 // (controller/slices.PodVNIPool).
@@ -95,54 +94,29 @@ func runSpread(t *testing.T, ns string, j *batchv1.Job) map[string]corev1.Pod {
 // its container got and the services of the node's simulated driver that
 // admit the pod's network namespace.
 type podView struct {
-	Key, Node string
-	Netns     uint32            // the pod's network namespace inode
-	EnvVNIs   string            // SLINGSHOT_VNIS in the app's environment (CDI)
-	FileVNIs  string            // SLINGSHOT_VNIS in the env file ("" with DRA)
-	VNI       uint16            // the first of EnvVNIs: the job's (or the pod's own) VNI
-	Env       map[string]string // the app's whole environment
-	Services  []simstate.Service
+	cluster.PodView
+	EnvVNIs  string // SLINGSHOT_VNIS in the app's environment (CDI)
+	FileVNIs string // SLINGSHOT_VNIS in the env file ("" with DRA)
+	VNI      uint16 // the first of EnvVNIs: the job's (or the pod's own) VNI
+	// Services are found by the namespace they admit, whichever front
+	// end made them: the driver's state names no pod.
+	Services []simstate.Service
 }
 
 // viewPod reads the pod's view from the node's /proc and its driver's
 // state.
 func viewPod(t *testing.T, p corev1.Pod) podView {
 	t.Helper()
-	v := podView{Key: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName}
-	procs, err := cluster.PodProcesses(string(p.UID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var app *cluster.Process
-	for i, pr := range procs {
-		ino, err := netns.ParseNetnsLink(pr.Netns)
-		if err != nil {
-			t.Fatalf("pod %s pid %d: %v", v.Key, pr.Pid, err)
-		}
-		if v.Netns != 0 && ino != v.Netns {
-			t.Errorf("pod %s: processes in two network namespaces, %d and %d", v.Key, v.Netns, ino)
-		}
-		v.Netns = ino
-		if strings.HasSuffix(pr.Exe, "/workload") {
-			app = &procs[i]
-		}
-	}
-	if app == nil {
-		t.Fatalf("pod %s: no workload process among %+v", v.Key, procs)
-	}
-	v.Env = app.Env
-	v.EnvVNIs = app.Env["SLINGSHOT_VNIS"]
+	v := podView{PodView: cluster.ViewPod(t, p)}
+	v.EnvVNIs = v.App.Env["SLINGSHOT_VNIS"]
 	if *apiFlag == cluster.APIDevicePlugin {
-		file, err := cluster.EnvFile(app.Pid, envFile)
+		file, err := cluster.EnvFile(v.App.Pid, envFile)
 		if err != nil {
 			t.Errorf("pod %s: env file: %v", v.Key, err)
 		}
 		v.FileVNIs = file["SLINGSHOT_VNIS"]
 	}
-	first, _, _ := strings.Cut(v.EnvVNIs, ",")
-	if n, err := strconv.ParseUint(first, 10, 16); err == nil {
-		v.VNI = uint16(n)
-	}
+	v.VNI = cluster.FirstVNI(v.EnvVNIs)
 	for _, s := range nodeServices(t, nodeEnv(t, v.Node)) {
 		if slices.Contains(s.NetNS, v.Netns) {
 			v.Services = append(v.Services, s)
@@ -179,16 +153,14 @@ func checkBound(t *testing.T, v podView, nics int) {
 // agent) and the system ones.
 func nodeServices(t *testing.T, ne *cluster.Env) []simstate.Service {
 	t.Helper()
+	svcs, err := ne.DriverServices()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []simstate.Service
-	for _, nic := range ne.Machine.NICs {
-		svcs, err := simstate.Read(ne.SimStateDir, nic.Name)
-		if err != nil {
-			t.Fatalf("%s: %v", ne.Node.Name, err)
-		}
-		for _, s := range svcs {
-			if !s.System && s.ID != uapi.DefaultSvcID {
-				out = append(out, s)
-			}
+	for _, s := range svcs {
+		if !s.System && s.ID != uapi.DefaultSvcID {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -303,7 +275,7 @@ func agentProcess(t *testing.T, ne *cluster.Env) int {
 func agentPod(t *testing.T, name string) corev1.Pod {
 	t.Helper()
 	list, err := env.Node.Client.CoreV1().Pods(cluster.Namespace).List(t.Context(), metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + name,
+		LabelSelector: cluster.AgentSelector, FieldSelector: "spec.nodeName=" + name,
 	})
 	if err != nil {
 		t.Fatal(err)
