@@ -10,20 +10,16 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-const chartDir = "../../deploy/helm/slingshot"
+	"github.com/slingshot-k8s/slingshot/internal/version/versiontest"
+)
 
 // One source of truth: the chart's appVersion is the release. The default
 // Version (what `go build` and `go test` binaries say), the chart's own
 // version and the images' tag (values.yaml's image.tag, empty: the
 // appVersion) all equal it; the Makefile sets Version from the same line.
 func TestVersionIsTheChartsAppVersion(t *testing.T) {
-	var chart struct {
-		Version    string `json:"version"`
-		AppVersion string `json:"appVersion"`
-	}
-	readYAML(t, filepath.Join(chartDir, "Chart.yaml"), &chart)
+	chart := versiontest.ReadChart(t, "../..")
 	if chart.AppVersion != Version {
 		t.Errorf("Chart.yaml appVersion %q, internal/version.Version %q: bump both together", chart.AppVersion, Version)
 	}
@@ -38,20 +34,15 @@ func TestVersionIsTheChartsAppVersion(t *testing.T) {
 			Tag string `json:"tag"`
 		} `json:"image"`
 	}
-	readYAML(t, filepath.Join(chartDir, "values.yaml"), &values)
-	if values.Image.Tag != "" {
-		t.Errorf("values.yaml image.tag %q: leave it empty so the images follow appVersion", values.Image.Tag)
-	}
-}
-
-func readYAML(t *testing.T, path string, into any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(filepath.Join("../..", versiontest.ChartPath, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(b, into); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	if values.Image.Tag != "" {
+		t.Errorf("values.yaml image.tag %q: leave it empty so the images follow appVersion", values.Image.Tag)
 	}
 }
 
