@@ -5,6 +5,9 @@
 #   docker build --target agent      -t REGISTRY/slingshot-agent:TAG .
 #   docker build --target controller -t REGISTRY/slingshot-controller:TAG .
 #
+# TAG is the release (the chart's appVersion, which the chart's image tag
+# defaults to); `make release` builds both for linux/amd64 and arm64.
+#
 # The kubectl plugin (`kubectl slingshot`, a static linux binary for the
 # user's machine) ships in the controller image, to copy onto PATH:
 #
@@ -30,14 +33,24 @@ ARG TARGETOS
 ARG TARGETARCH
 # Go build tags: embedded_controller for an agent with the embedded controller.
 ARG TAGS=""
+# What --version and slingshot_build_info say (`make release` passes
+# them): the release, the git commit and the build date. The context has
+# no .git, so the commit is unknown unless given; an empty VERSION keeps
+# the binaries' default, which equals the chart's appVersion.
+ARG VERSION=""
+ARG COMMIT=""
+ARG BUILD_DATE=""
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
+    pkg=github.com/slingshot-k8s/slingshot/internal/version; \
+    ldflags="-s -w -X $pkg.Commit=${COMMIT} -X $pkg.BuildDate=${BUILD_DATE}"; \
+    if [ -n "${VERSION}" ]; then ldflags="$ldflags -X $pkg.Version=${VERSION}"; fi; \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -tags "${TAGS}" -ldflags='-s -w' -o /out/ ./cmd/...
+    go build -trimpath -tags "${TAGS}" -ldflags="$ldflags" -o /out/ ./cmd/...
 
 # The cluster controller: talks to the API server and serves its ports, so it
 # runs as the unprivileged nonroot user (65532) with nothing added.

@@ -12,14 +12,70 @@ LDFLAGS   ?= -s -w
 # agent the in-process controller (--controller=embedded) and sqlite.
 TAGS      ?=
 
-.PHONY: all build test e2e demo check lint bench fuzz generate clean
+.PHONY: all build test e2e demo check lint bench fuzz generate clean release
+
+# The release, from its one source: the chart's appVersion. Every binary
+# says it (--version, slingshot_build_info), the images are tagged with it
+# and the chart's image tag defaults to it; internal/version's test checks
+# that the default of a plain `go build` agrees.
+CHART       := deploy/helm/slingshot
+VERSION     := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART)/Chart.yaml)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+# The build date; SOURCE_DATE_EPOCH (reproducible builds) fixes it.
+BUILD_DATE  ?= $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/slingshot-k8s/slingshot/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
 all: build
 
 ## build: static binaries of the programs (agent, controller, slingshot-ipam,
-## kubectl-slingshot) into ./bin
+## kubectl-slingshot) into ./bin, stamped with the release, commit and date
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS) $(VERSION_LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+## release: everything a release publishes, into $(DIST) (dist/): the four
+## binaries for linux amd64 and arm64 (static), the agent and controller
+## images for both (OCI archives, by Docker's BuildKit; skipped, and said
+## so, where docker buildx is not usable; RELEASE_PUSH=1 pushes them to
+## IMAGE_REGISTRY instead), the packaged chart (Helm's Go library, in
+## hack/validate-manifests), the CRDs in one file, and SHA256SUMS of them
+## all. docs/upgrade.md says how a release is cut.
+DIST           ?= dist
+RELEASE_ARCHES ?= amd64 arm64
+IMAGE_REGISTRY ?= ghcr.io/slingshot-k8s
+RELEASE_PUSH   ?=
+release:
+	@[ -n "$(VERSION)" ] || { echo "release: no appVersion in $(CHART)/Chart.yaml"; exit 1; }
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	@set -e; for arch in $(RELEASE_ARCHES); do \
+	  out=$(DIST)/.bin-$$arch; \
+	  echo "binaries linux/$$arch"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) $(VERSION_LDFLAGS)' -o $$out/ ./cmd/...; \
+	  for b in $$out/*; do mv $$b $(DIST)/$$(basename $$b)-$(VERSION)-linux-$$arch; done; \
+	  rmdir $$out; \
+	done
+	@set -e; \
+	if ! command -v docker >/dev/null 2>&1; then \
+	  echo "skipped: images (no docker here); build them where Docker with BuildKit (buildx) runs: make release"; \
+	elif ! docker buildx version >/dev/null 2>&1; then \
+	  echo "skipped: images (docker here has no buildx, Docker's BuildKit front end)"; \
+	elif ! docker info >/dev/null 2>&1; then \
+	  echo "skipped: images (the docker daemon is not reachable)"; \
+	else \
+	  platforms=$$(for a in $(RELEASE_ARCHES); do printf 'linux/%s,' $$a; done); platforms=$${platforms%,}; \
+	  for t in agent controller; do \
+	    image=$(IMAGE_REGISTRY)/slingshot-$$t:$(VERSION); \
+	    if [ -n "$(RELEASE_PUSH)" ]; then output=--push; else output="--output type=oci,dest=$(DIST)/slingshot-$$t-$(VERSION).oci.tar"; fi; \
+	    echo "image $$image ($$platforms)"; \
+	    DOCKER_BUILDKIT=1 docker buildx build --platform $$platforms --target $$t -t $$image \
+	      --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) $$output .; \
+	  done; \
+	fi
+	cd $(VALIDATE_DIR) && $(GO) run ./cmd/package-chart -chart ../../$(CHART) -version $(VERSION) -out ../../$(DIST)
+	@set -e; crds=$(DIST)/slingshot-crds-$(VERSION).yaml; : > $$crds; \
+	for f in deploy/crds/*.yaml; do echo "---" >> $$crds; cat $$f >> $$crds; done
+	cd $(DIST) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
+	@echo "release $(VERSION) in $(DIST)/:"; ls -l $(DIST)
 
 ## test: go vet and the race-enabled unit tests of the whole module
 test:
@@ -72,7 +128,7 @@ generate:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./controller/api/...
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
 
 ## validate-manifests: render the Helm chart (Helm's Go library) and validate every object,
 ## deploy/manifests, deploy/crds and deploy/examples against the Kubernetes 1.37 OpenAPI schemas

@@ -25,6 +25,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 // CheckpointName is the agent's checkpoint file in the state directory.
@@ -234,7 +235,7 @@ func heldIDs(snap *podwatch.Snapshot, resource string) map[string]bool {
 
 // report builds the inspect view.
 func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podwatch.Watcher) *inspect.Report {
-	r := &inspect.Report{Node: b.node, Ready: ready, Generated: time.Now().UTC()}
+	r := &inspect.Report{Node: b.node, Version: version.Version, Ready: ready, Generated: time.Now().UTC()}
 	held := map[string]int{}
 	var pods map[string]*podwatch.Pod
 	if w != nil { // nil in DRA mode

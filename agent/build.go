@@ -33,6 +33,8 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
+	"github.com/slingshot-k8s/slingshot/internal/buildinfo"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 // parts is the agent, built: every component made and checked, nothing
@@ -117,7 +119,8 @@ func (a *parts) buildBase(context.Context) error {
 		return fmt.Errorf("config: %w (see --managed-vnis)", err)
 	}
 	a.reg = prometheus.NewRegistry()
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.NewCollector(version.Get()))
 	a.m = newMetrics(time.Now)
 	if err := a.m.register(a.reg); err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -492,7 +495,7 @@ func (a *parts) run(ctx context.Context) error {
 	}
 	a.ready.Store(true)
 	a.m.ready.Set(1)
-	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.describe()...)...)
+	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "version", version.Version, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.describe()...)...)
 
 	err := g.Wait()
 	a.b.ns.CloseAll()

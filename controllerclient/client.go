@@ -16,6 +16,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/slices"
 	"github.com/slingshot-k8s/slingshot/controller/vnialloc"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -221,6 +222,10 @@ func Dial(addr string, opts Options) (*Client, error) {
 	dopts := []grpc.DialOption{
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithConnectParams(reconnect),
+		// The agent's version, for the controller's log of the agents'
+		// versions (grpcapi.AgentVersions): a header, so that the wire
+		// API stays as it is and older controllers ignore it.
+		grpc.WithUserAgent(version.UserAgent()),
 	}
 	if opts.TLS != nil {
 		dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(opts.TLS)))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
@@ -64,7 +65,9 @@ Usage:
 Commands:
   vnis    every job VNI lease (owner, VNI, scope, nodes holding it) and the VNIs in quarantine
   pod     one pod's VNI, NICs, CXI services per NIC and hsn address, from the agent on its node
-  nodes   each node's NIC health, services, free TLE pools, pod VNI pool and IP slices, and taints
+  nodes   each node's agent (state and version), NIC health, services, free TLE pools, pod VNI pool and IP slices, and taints
+
+"kubectl slingshot --version" prints the plugin's own version.
 
 Run "kubectl slingshot COMMAND --help" for a command's flags and the RBAC it needs.
 `
@@ -100,11 +103,12 @@ with a note).
 Usage:
   kubectl slingshot pod NAME [-n NAMESPACE] [-o json]
 `,
-	"nodes": `kubectl slingshot nodes: each node's NICs, services, pools and taints.
+	"nodes": `kubectl slingshot nodes: each node's agent, NICs, services, pools and taints.
 
 Asks every node's slingshot agent (pods/exec, as for "pod"), --parallel at
 a time. A node whose agent cannot be asked shows "error" and the reason
-below the table; a node without an agent shows "none".
+below the table; a node without an agent shows "none". VERSION is the
+agent's release ("-" for an agent older than 0.2.0, which reports none).
 
 Needs: list nodes; list pods and create pods/exec in the agents' namespace.
 
@@ -135,6 +139,9 @@ func (c *Command) Run(ctx context.Context, args []string) error {
 	root.SetOutput(io.Discard)
 	root.Usage = func() {}
 	o.flags(root)
+	// Root only: "kubectl slingshot --version" is the plugin's, not an
+	// agent's (nodes shows those).
+	showVersion := root.Bool("version", false, "print the plugin's version, commit, build date and Go version, and exit")
 	// The subcommand may follow global flags (kubectl slingshot -n ns pod
 	// x): the root parse stops at it, and the subcommand's parse, over the
 	// same Options, takes the rest.
@@ -145,6 +152,10 @@ func (c *Command) Run(ctx context.Context, args []string) error {
 			return err
 		}
 		return usageErr("%v (see kubectl slingshot --help)", err)
+	}
+	if *showVersion {
+		_, err := fmt.Fprint(c.Stdout, version.Get().String("kubectl-slingshot"))
+		return err
 	}
 	if root.NArg() == 0 {
 		return usageErr("no command: vnis, pod or nodes (see kubectl slingshot --help)")

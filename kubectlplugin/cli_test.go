@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 // errConnected stops a command right after its flags were parsed.
@@ -27,6 +29,9 @@ func TestRunArguments(t *testing.T) {
 		{name: "root help", args: []string{"--help"}, wantHelp: "kubectl slingshot pod NAME [-n NAMESPACE] [-o json]"},
 		{name: "command help", args: []string{"pod", "-h"}, wantHelp: "Needs: get pods in the pod's namespace"},
 		{name: "vnis help names its RBAC", args: []string{"vnis", "--help"}, wantHelp: "list vnileases, vniquarantines and storejournals"},
+		{name: "version", args: []string{"--version"}, wantHelp: "kubectl-slingshot " + version.Version + "\ncommit:"},
+		{name: "version beside a command", args: []string{"--version", "nodes"}, wantHelp: "kubectl-slingshot " + version.Version + "\n"},
+		{name: "version is the plugin's own, not a command's flag", args: []string{"nodes", "--version"}, wantErr: ErrUsage, errSubstr: "unknown flag: --version"},
 		{name: "no command", args: nil, wantErr: ErrUsage, errSubstr: "no command"},
 		{name: "unknown command", args: []string{"leases"}, wantErr: ErrUsage, errSubstr: `unknown command "leases"`},
 		{name: "pod without a name", args: []string{"pod"}, wantErr: ErrUsage, errSubstr: "one pod name"},

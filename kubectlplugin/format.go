@@ -168,7 +168,7 @@ func WritePod(w io.Writer, v *PodView) error {
 // reports.
 func WriteNodes(w io.Writer, nodes []NodeView) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "NODE\tAGENT\tNICS\tUNHEALTHY\tSERVICES\tPODS\tTLE POOLS\tPOD VNI POOL\tIP POOLS\tTAINTS")
+	fmt.Fprintln(tw, "NODE\tAGENT\tVERSION\tNICS\tUNHEALTHY\tSERVICES\tPODS\tTLE POOLS\tPOD VNI POOL\tIP POOLS\tTAINTS")
 	var errs []string
 	for _, n := range nodes {
 		taints := orDash(strings.Join(n.Taints, ","))
@@ -179,10 +179,11 @@ func WriteNodes(w io.Writer, nodes []NodeView) error {
 				state = "error"
 				errs = append(errs, fmt.Sprintf("%s: %s", n.Name, n.Error))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", n.Name, state, taints)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", n.Name, state, taints)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Name, readyString(r.Ready), nicsString(r.NICs), unhealthy(r.NICs),
+		// An agent older than 0.2.0 reports no version: "-".
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Name, readyString(r.Ready), orDash(r.Version), nicsString(r.NICs), unhealthy(r.NICs),
 			podServices(r), len(r.Pods)+len(r.Claims), tlePools(r.Reservations), poolString(r.PodVNIPool), ipPools(r), taints)
 	}
 	if err := tw.Flush(); err != nil {

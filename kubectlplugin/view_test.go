@@ -180,10 +180,13 @@ func TestWriteTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// n1's agent is older than 0.2.0 (its report has no version), n3's is 0.2.0.
+	rep3 := fixtureReport()
+	rep3.Node, rep3.Version = "n3", "0.2.0"
 	nodes := BuildNodes([]corev1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "n2"},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "hpe.com/fabric", Value: "down", Effect: corev1.TaintEffectNoSchedule}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "login"}}},
-		map[string]*corev1.Pod{"n1": agentPod, "n2": agentPod}, map[string]*inspect.Report{"n1": rep},
+		{ObjectMeta: metav1.ObjectMeta{Name: "login"}}, {ObjectMeta: metav1.ObjectMeta{Name: "n3"}}},
+		map[string]*corev1.Pod{"n1": agentPod, "n2": agentPod, "n3": agentPod}, map[string]*inspect.Report{"n1": rep, "n3": rep3},
 		map[string]error{"n2": errors.New("exec in agent: permission denied")})
 	many := fixtureLeases()[:1]
 	many[0].Nodes = []string{"n1", "n2", "n3", "n4", "n5"}
@@ -237,10 +240,11 @@ cxi1  13   yes      1042      -    -                        netns=4026532000
 `,
 	}, {
 		name: "nodes", write: func(b *strings.Builder) error { return WriteNodes(b, nodes) },
-		want: `NODE   AGENT  NICS         UNHEALTHY         SERVICES  PODS  TLE POOLS  POD VNI POOL  IP POOLS          TAINTS
-login  none   -            -                 -         -     -          -             -                 -
-n1     ready  1/2 healthy  cxi1 (link down)  4         3     5/8 free   60/64 free    hsn:1 in 1 slice  -
-n2     error  -            -                 -         -     -          -             -                 hpe.com/fabric=down:NoSchedule
+		want: `NODE   AGENT  VERSION  NICS         UNHEALTHY         SERVICES  PODS  TLE POOLS  POD VNI POOL  IP POOLS          TAINTS
+login  none   -        -            -                 -         -     -          -             -                 -
+n1     ready  -        1/2 healthy  cxi1 (link down)  4         3     5/8 free   60/64 free    hsn:1 in 1 slice  -
+n2     error  -        -            -                 -         -     -          -             -                 hpe.com/fabric=down:NoSchedule
+n3     ready  0.2.0    1/2 healthy  cxi1 (link down)  4         3     5/8 free   60/64 free    hsn:1 in 1 slice  -
 error: node n2: exec in agent: permission denied
 `,
 	}}

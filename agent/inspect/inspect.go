@@ -23,7 +23,10 @@ const Path = "/inspect"
 
 // Report is a snapshot of the agent's state.
 type Report struct {
-	Node      string    `json:"node"`
+	Node string `json:"node"`
+	// Version is the agent's release; empty in the report of an agent
+	// older than 0.2.0, which had none.
+	Version   string    `json:"version,omitempty"`
 	Ready     bool      `json:"ready"`
 	Generated time.Time `json:"generated"`
 	NICs      []NIC     `json:"nics"`

@@ -3,6 +3,7 @@
 // programs a CXI service per pod before the pod's code runs.
 //
 //	slingshot-agent [flags]                  run the agent
+//	slingshot-agent --version                print the version and exit
 //	slingshot-agent inspect [--json] [--addr] print a running agent's state
 //
 // Every flag is also read from SLINGSHOT_AGENT_<FLAG>; --help lists them.
@@ -24,6 +25,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/internal/flagenv"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 func main() {
@@ -59,7 +61,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	opts := agent.Options{Controller: defaultController}
 	opts.RegisterFlags(fs)
+	showVersion := fs.Bool(flagenv.VersionFlag, false, "print the version, commit, build date and Go version, and exit")
 	fs.Usage = flagenv.Usage(fs, agent.EnvPrefix, `usage: slingshot-agent [flags]
+       slingshot-agent --version
        slingshot-agent inspect [--json] [--addr URL]
 
 The Slingshot node agent: serves the node's Slingshot NICs to the kubelet as a
@@ -70,6 +74,12 @@ namespace as member, the job's VNI) before the pod's code runs.`)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	// Before the environment and validation: the version needs neither,
+	// and asking for it must work where the other flags would not.
+	if *showVersion {
+		_, err := fmt.Fprint(stdout, version.Get().String("slingshot-agent"))
+		return err
 	}
 	if err := flagenv.Apply(fs, agent.EnvPrefix, os.LookupEnv); err != nil {
 		return usageError{err}

@@ -57,6 +57,8 @@ type Config struct {
 	AllowUnboundAgents               bool
 	LogLevel, LogFormat              string
 	HWColl                           HWCollFlags
+	// ShowVersion is --version: print the build and exit.
+	ShowVersion bool
 
 	// Parsed by Validate.
 	controller controller.Config
@@ -65,9 +67,12 @@ type Config struct {
 
 func envName(flagName string) string { return flagenv.Name(envPrefix, flagName) }
 
+// errVersion is parseFlags's answer to --version: main prints the build.
+var errVersion = errors.New("version asked")
+
 // parseFlags reads args, then the environment for every flag not given on
 // the command line, then validates. It returns flag.ErrHelp after printing
-// the usage for -h/--help.
+// the usage for -h/--help, and errVersion for --version.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
 	c := &Config{}
 	fs := flagSet(c, out)
@@ -76,6 +81,11 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*Conf
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	// Before the environment and validation: the version needs neither,
+	// and asking for it must work where the other flags would not.
+	if c.ShowVersion {
+		return nil, errVersion
 	}
 	// An empty variable is unset, as a DaemonSet's empty value means.
 	lookup := func(name string) (string, bool) { v := getenv(name); return v, v != "" }
@@ -145,6 +155,7 @@ func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.HWColl.ReconcileInterval, "hwcoll-reconcile-interval", time.Minute, "how often the fabric manager's reservations are listed and those of no lease released (also at every start and takeover)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "json or text")
+	fs.BoolVar(&c.ShowVersion, flagenv.VersionFlag, false, "print the version, commit, build date and Go version, and exit")
 	fs.Usage = flagenv.Usage(fs, envPrefix, "Usage: slingshot-controller [flags]\n\n"+
 		"The Slingshot cluster controller: job VNI leases, node slices, gRPC API for agents, Metacontroller hooks.")
 	return fs

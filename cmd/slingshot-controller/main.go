@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 func main() {
@@ -32,6 +34,12 @@ func main() {
 	}
 	cfg, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if errors.Is(err, errVersion) {
+		if _, err := fmt.Print(version.Get().String("slingshot-controller")); err != nil {
+			os.Exit(1)
+		}
 		os.Exit(0)
 	}
 	if err != nil {

@@ -26,8 +26,16 @@ import (
 
 const childEnv = "SLINGSHOT_CONTROLLER_TEST_CHILD"
 
-// TestMain lets the crash test re-execute this binary as the controller.
+// mainEnv makes this test binary run main() with its arguments.
+const mainEnv = "SLINGSHOT_CONTROLLER_TEST_MAIN"
+
+// TestMain lets the crash test re-execute this binary as the controller,
+// and the version test run main itself.
 func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
 	if os.Getenv(childEnv) == "1" {
 		cfg, err := parseFlags(nil, os.Getenv, os.Stderr)
 		if err != nil {
@@ -88,6 +96,17 @@ func TestParseFlags(t *testing.T) {
 		{name: "cert without key", args: []string{"--tls-cert", "x"}, wantErr: "go together"},
 		{name: "bad kinds", args: []string{"--owner-kinds", "Job"}, wantErr: "--owner-kinds"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+		// --version answers before the environment and validation: it
+		// must work where the controller could not start.
+		{name: "version", args: []string{"--version"}, wantErr: errVersion.Error()},
+		{name: "version beside bad flags", args: []string{"--vni-range", "10-5", "--version"},
+			env: map[string]string{"SLINGSHOT_CONTROLLER_QUARANTINE": "soon"}, wantErr: errVersion.Error()},
+		{name: "no version from the environment", env: map[string]string{"SLINGSHOT_CONTROLLER_VERSION": "true"}, check: func(c *Config) error {
+			if c.ShowVersion {
+				return errors.New("SLINGSHOT_CONTROLLER_VERSION set --version")
+			}
+			return nil
+		}},
 		{name: "no namespace cap", args: []string{"--max-leases-per-namespace", "0"}, check: func(c *Config) error {
 			if c.controller.MaxLeasesPerNamespace != 0 {
 				return fmt.Errorf("leases per namespace cap %d, want 0 (none)", c.controller.MaxLeasesPerNamespace)
@@ -141,7 +160,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	for _, f := range []string{"grpc-addr", "hooks-addr", "metrics-addr", "db", "vni-range", "pod-vni-range", "ip-pools",
-		"quarantine", "slice-ttl", "slice-grace", "owner-kinds", "no-kube", "auth", "tls-cert", "client-ca", "SLINGSHOT_CONTROLLER_"} {
+		"quarantine", "slice-ttl", "slice-grace", "owner-kinds", "no-kube", "auth", "tls-cert", "client-ca", "SLINGSHOT_CONTROLLER_", "--version"} {
 		if !strings.Contains(b.String(), f) {
 			t.Errorf("--help lacks %s", f)
 		}
@@ -152,6 +171,7 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 type child struct {
 	cmd    *exec.Cmd
 	addr   string
+	http   []string // the HTTP servers' addresses, complete once loaded is closed
 	loaded chan struct{}
 	done   chan struct{} // closed when the process has exited
 	err    error         // its exit status, once done
@@ -186,6 +206,8 @@ func startChild(t *testing.T, db string, env ...string) *child {
 			switch line.Msg {
 			case "serving grpc":
 				addr <- line.Addr
+			case "serving http":
+				c.http = append(c.http, line.Addr)
 			case "state loaded; answering requests":
 				close(c.loaded)
 			}

@@ -21,6 +21,8 @@ import (
 	"github.com/slingshot-k8s/slingshot/controller/leader"
 	"github.com/slingshot-k8s/slingshot/controller/owner"
 	"github.com/slingshot-k8s/slingshot/controller/store"
+	"github.com/slingshot-k8s/slingshot/internal/buildinfo"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -101,7 +103,10 @@ func (p *parts) close() {
 // error, the parts made so far are returned for closing.
 func build(ctx context.Context, c *Config, log *slog.Logger) (*parts, error) {
 	p := &parts{c: c, log: log, reg: prometheus.NewRegistry()}
-	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bi := version.Get()
+	log.Info("slingshot-controller", "version", bi.Version, "commit", bi.Commit, "build_date", bi.BuildDate, "go_version", bi.GoVersion)
+	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.NewCollector(bi))
 	steps := []func(context.Context) error{p.buildKube, p.buildService, p.buildGRPC, p.buildHTTP, p.buildElection}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -200,6 +205,8 @@ func (p *parts) buildGRPC(context.Context) error {
 	if authn != nil {
 		interceptors = append(interceptors, auth.UnaryInterceptor(authn))
 	}
+	// After authentication: only a caller bound to a node logs its agent's version.
+	interceptors = append(interceptors, grpcapi.NewAgentVersions(log, version.Version).UnaryInterceptor())
 	if c.TLSCert != "" {
 		tc, err := serverTLS(c)
 		if err != nil {

@@ -14,14 +14,17 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/slingshot-k8s/slingshot/internal/ipamwire"
+	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
 // buildPlugin builds cmd/slingshot-ipam into a temporary directory, as
-// `make build` builds it, and returns that directory.
-func buildPlugin(t testing.TB) string {
+// `make build` builds it (with ldflags added to its "-s -w"), and returns
+// that directory.
+func buildPlugin(t testing.TB, ldflags ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, "slingshot-ipam"), "github.com/slingshot-k8s/slingshot/cmd/slingshot-ipam")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.Join(append([]string{"-s -w"}, ldflags...), " "),
+		"-o", filepath.Join(dir, "slingshot-ipam"), "github.com/slingshot-k8s/slingshot/cmd/slingshot-ipam")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -148,5 +151,44 @@ func TestBinaryRealAgent(t *testing.T) {
 	}
 	if got := a.owners(); len(got) != 0 {
 		t.Errorf("after DEL the allocator holds %v", got)
+	}
+}
+
+// --version prints the build the Makefile's -ldflags name, and does not
+// get in the way of CNI's own VERSION command, which a runtime sends in
+// the environment and answers on stdout as JSON.
+func TestBinaryVersion(t *testing.T) {
+	const pkg = "github.com/slingshot-k8s/slingshot/internal/version"
+	bin := filepath.Join(buildPlugin(t, "-X", pkg+".Commit=0123abc", "-X", pkg+".BuildDate=2026-01-02T03:04:05Z"), "slingshot-ipam")
+	tests := []struct {
+		name  string
+		args  []string
+		env   []string
+		stdin string
+		want  []string // on stdout
+	}{
+		{name: "--version", args: []string{"--version"},
+			want: []string{"slingshot-ipam " + version.Version + "\n", "commit:     0123abc\n", "build date: 2026-01-02T03:04:05Z\n"}},
+		{name: "CNI's VERSION", env: []string{"CNI_COMMAND=VERSION"}, stdin: `{"cniVersion":"1.0.0"}`,
+			want: []string{`"supportedVersions":["0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]`}},
+		{name: "CNI's VERSION with --version in the arguments", args: []string{"--version"}, env: []string{"CNI_COMMAND=VERSION"},
+			stdin: `{"cniVersion":"1.0.0"}`, want: []string{`"supportedVersions":`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, tt.env...)
+			cmd.Stdin = strings.NewReader(tt.stdin)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("%v: %v\n%s", tt.args, err, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout %q lacks %q", stdout.String(), w)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@
 // The variable's name is the prefix plus the flag's name in upper case
 // with dashes as underscores: --kubelet-dir with prefix SLINGSHOT_AGENT_
 // reads SLINGSHOT_AGENT_KUBELET_DIR. A flag given on the command line wins.
+// --version is the one flag read from the command line only.
 package flagenv
 
 import (
@@ -11,6 +12,11 @@ import (
 	"fmt"
 	"strings"
 )
+
+// VersionFlag is the flag that asks a program for its version and no
+// more. No variable sets it: one in a pod's environment would turn a
+// running program into one that prints and exits.
+const VersionFlag = "version"
 
 // Name returns the environment variable that sets flag name.
 func Name(prefix, name string) string {
@@ -26,7 +32,7 @@ func Apply(fs *flag.FlagSet, prefix string, lookup func(string) (string, bool)) 
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if err != nil || given[f.Name] || f.Name == VersionFlag {
 			return
 		}
 		env := Name(prefix, f.Name)
@@ -57,6 +63,10 @@ func Usage(fs *flag.FlagSet, prefix, synopsis string) func() {
 			fmt.Fprintf(w, "\n        %s", strings.ReplaceAll(usage, "\n", "\n        "))
 			if f.DefValue != "" && f.DefValue != "false" {
 				fmt.Fprintf(w, " (default %q)", f.DefValue)
+			}
+			if f.Name == VersionFlag {
+				fmt.Fprint(w, "\n        command line only\n")
+				return
 			}
 			fmt.Fprintf(w, "\n        env %s\n", Name(prefix, f.Name))
 		})

@@ -12,6 +12,7 @@ func TestApply(t *testing.T) {
 		"P_KUBELET_DIR": "/from/env",
 		"P_STATE_DIR":   "/env/state",
 		"P_VERBOSE":     "true",
+		"P_VERSION":     "true",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -19,14 +20,16 @@ func TestApply(t *testing.T) {
 	state := fs.String("state-dir", "/var/lib/x", "")
 	other := fs.String("other", "default", "")
 	verbose := fs.Bool("verbose", false, "")
+	version := fs.Bool(VersionFlag, false, "")
 	if err := fs.Parse([]string{"--state-dir=/cli"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := Apply(fs, "P_", lookup); err != nil {
 		t.Fatal(err)
 	}
-	if *kubelet != "/from/env" || *state != "/cli" || *other != "default" || !*verbose {
-		t.Fatalf("got kubelet=%q state=%q other=%q verbose=%v", *kubelet, *state, *other, *verbose)
+	if *kubelet != "/from/env" || *state != "/cli" || *other != "default" || !*verbose || *version {
+		t.Fatalf("got kubelet=%q state=%q other=%q verbose=%v version=%v (--version is never read from the environment)",
+			*kubelet, *state, *other, *verbose, *version)
 	}
 }
 
@@ -45,10 +48,15 @@ func TestUsageListsEnv(t *testing.T) {
 	var out bytes.Buffer
 	fs.SetOutput(&out)
 	fs.String("kubelet-dir", "/var/lib/kubelet", "the kubelet's `directory`")
+	fs.Bool(VersionFlag, false, "print the version and exit")
 	Usage(fs, "P_", "usage: t [flags]")()
-	for _, want := range []string{"usage: t", "--kubelet-dir directory", `(default "/var/lib/kubelet")`, "env P_KUBELET_DIR"} {
+	for _, want := range []string{"usage: t", "--kubelet-dir directory", `(default "/var/lib/kubelet")`, "env P_KUBELET_DIR",
+		"--version\n        print the version and exit\n        command line only\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "P_VERSION") {
+		t.Errorf("usage names P_VERSION, which nothing reads:\n%s", out.String())
 	}
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slingshot-k8s/slingshot/internal/version"
+	"github.com/slingshot-k8s/slingshot/internal/version/versiontest"
+)
+
+// The running controller says which release it is in --version and in
+// slingshot_build_info, and both say the chart's appVersion: the one
+// source of truth for the release.
+func TestVersionAndBuildInfoAgreeWithTheChart(t *testing.T) {
+	want := versiontest.ReadChart(t, "../..").AppVersion
+
+	cmd := exec.Command(os.Args[0], "--version")
+	// An environment that would stop the controller from starting stops
+	// no --version, and none sets it.
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "SLINGSHOT_CONTROLLER_QUARANTINE=soon")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("--version: %v", err)
+	}
+	if first, _, _ := strings.Cut(string(out), "\n"); first != "slingshot-controller "+want {
+		t.Errorf("--version printed %q, want first line %q", out, "slingshot-controller "+want)
+	}
+	if string(out) != version.Get().String("slingshot-controller") {
+		t.Errorf("--version printed %q, want %q", out, version.Get().String("slingshot-controller"))
+	}
+
+	if testing.Short() {
+		t.Skip("starts the controller as a child process")
+	}
+	c := startChild(t, filepath.Join(t.TempDir(), "c.db"))
+	var line string
+	for _, addr := range c.http {
+		line = buildInfoLine(t, "http://"+addr+"/metrics")
+		if line != "" {
+			break
+		}
+	}
+	if line == "" {
+		t.Fatalf("no slingshot_build_info on the /metrics of %v", c.http)
+	}
+	if !strings.Contains(line, `version="`+want+`"`) || !strings.HasSuffix(line, "} 1") {
+		t.Errorf("slingshot_build_info is %q, want version=%q and value 1", line, want)
+	}
+	bi := version.Get()
+	for _, l := range []string{`commit="` + bi.Commit + `"`, `build_date="` + bi.BuildDate + `"`, `go_version="` + bi.GoVersion + `"`} {
+		if !strings.Contains(line, l) {
+			t.Errorf("slingshot_build_info is %q, lacks %s", line, l)
+		}
+	}
+}
+
+// buildInfoLine is the slingshot_build_info sample at url, or "" when
+// the server there serves no metrics (the hooks' server answers 404).
+func buildInfoLine(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "slingshot_build_info{") {
+			return sc.Text()
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read %s: %v", url, err)
+	}
+	return ""
+}

@@ -1,0 +1,100 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/internal/version"
+)
+
+// maxAgentsTracked bounds AgentVersions' memory: past it (a cluster this
+// large, or junk node names under --auth none) everything is forgotten
+// and each node is logged once more.
+const maxAgentsTracked = 1 << 16
+
+// maxNodeName is a Kubernetes node name's longest (a DNS subdomain); a
+// longer one is no node, and is not remembered.
+const maxNodeName = 253
+
+// AgentVersions logs the version of each agent that calls the API: once
+// per node, and again when a node's agent changes version (an upgrade or
+// a rollback), with a warning for an agent outside the version-skew
+// policy ([version.CheckSkew]). The version is the agent's gRPC user
+// agent ([version.UserAgent]), not a message field: the wire API changes
+// only additively, and an agent older than 0.2.0 sends none ("unknown").
+// Safe for concurrent use.
+type AgentVersions struct {
+	log *slog.Logger
+	own string
+
+	mu   sync.Mutex
+	seen map[string]string // node → the version last logged
+}
+
+// NewAgentVersions logs to log, the controller being of release own.
+func NewAgentVersions(log *slog.Logger, own string) *AgentVersions {
+	return &AgentVersions{log: log, own: own, seen: map[string]string{}}
+}
+
+// nodeScoped is every request that acts for one node (the generated
+// messages' getter).
+type nodeScoped interface{ GetNode() string }
+
+// UnaryInterceptor observes every node-scoped call whose caller may act
+// for its node: it goes after the authentication interceptor, so that a
+// caller cannot log versions in another node's name. It changes nothing
+// of the call.
+func (a *AgentVersions) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(nodeScoped); ok {
+			if node := r.GetNode(); node != "" && len(node) <= maxNodeName && auth.CheckNode(ctx, node) == nil {
+				a.Observe(node, agentVersion(ctx))
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// agentVersion is the calling agent's version from its user agent, or
+// version.Unknown.
+func agentVersion(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, ua := range md.Get("user-agent") {
+		if v, ok := version.FromUserAgent(ua, version.AgentProduct); ok {
+			return v
+		}
+	}
+	return version.Unknown
+}
+
+// Observe records that node's agent is of version v, and logs it where
+// it is new for the node.
+func (a *AgentVersions) Observe(node, v string) {
+	a.mu.Lock()
+	prev, known := a.seen[node]
+	if known && prev == v {
+		a.mu.Unlock()
+		return
+	}
+	if !known && len(a.seen) >= maxAgentsTracked {
+		clear(a.seen)
+	}
+	a.seen[node] = v
+	a.mu.Unlock()
+
+	if known {
+		a.log.Info("agent version changed", "node", node, "version", v, "previous", prev)
+	} else {
+		a.log.Info("agent connected", "node", node, "version", v)
+	}
+	if err := version.CheckSkew(a.own, v); errors.Is(err, version.ErrSkew) {
+		a.log.Warn("agent outside the version-skew policy (docs/upgrade.md)", "node", node, "version", v,
+			"controller_version", a.own, "err", err)
+	}
+}
