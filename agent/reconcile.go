@@ -48,6 +48,10 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 	if err != nil {
 		return rep, err
 	}
+	lost, err := b.forgetLost(driver)
+	if err != nil {
+		return rep, err
+	}
 
 	owned := map[string]map[uint32]bool{}
 	for _, key := range b.store.Keys() {
@@ -61,7 +65,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 			continue
 		}
 		if ok {
-			b.revive(ctx, key, driver, &rep)
+			b.revive(ctx, key, lost[key], &rep)
 		}
 		entry, _ = b.store.Get(key)
 		for _, s := range entry.Services {
@@ -145,6 +149,43 @@ func (b *binder) listAll(ctx context.Context) (map[string][]cxi.Service, error) 
 	return driver, nil
 }
 
+// forgetLost drops from every record the services the driver no longer
+// has, as its listing shows them (a driver reload, a reboot), before
+// anything is made: the driver hands a lost service's ID to the next
+// service made, so a record still naming it would name another holder's
+// service, and the cleanup of a gone pod or the check of a live one would
+// destroy it. A recorded ID the listing shows carrying none of the
+// holder's VNIs is another's already. It returns, by pod, the NICs whose
+// services were lost; a NIC the agent does not serve now is left alone.
+func (b *binder) forgetLost(driver map[string][]cxi.Service) (map[string][]string, error) {
+	lost := map[string][]string{}
+	for _, entry := range b.store.Pods() {
+		vnis := entry.Options.VNIs(entry.VNI)
+		gone := func(s checkpoint.Service) bool {
+			if _, served := driver[s.NIC]; !served {
+				return false
+			}
+			i := slices.IndexFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID })
+			return i < 0 || !engine.CarriesAll(driver[s.NIC][i].VNIs, vnis)
+		}
+		var nics []string
+		for _, s := range entry.Services {
+			if gone(s) {
+				nics = append(nics, s.NIC)
+			}
+		}
+		if len(nics) == 0 {
+			continue
+		}
+		if _, err := b.update(entry.Key(), func(p *checkpoint.Pod) { p.Services = slices.DeleteFunc(p.Services, gone) }); err != nil {
+			return nil, err
+		}
+		lost[entry.Key()] = nics
+		b.logger.Info("the driver lost services of a pod; they are made again", "pod", entry.Key(), "nics", nics)
+	}
+	return lost, nil
+}
+
 // revive brings a live pod's services back after a start. A service
 // names its member by inode, and after a reboot or a sandbox made again
 // while the agent was down that inode may belong to another pod's
@@ -154,9 +195,9 @@ func (b *binder) listAll(ctx context.Context) (map[string][]cxi.Service, error) 
 // held. Otherwise every service is made unbound, admitting nobody, and the
 // pod's next container start binds them to the namespace it has then.
 // The caller holds the pod's lock.
-func (b *binder) revive(ctx context.Context, key string, driver map[string][]cxi.Service, rep *reconcileReport) {
+func (b *binder) revive(ctx context.Context, key string, lost []string, rep *reconcileReport) {
 	entry, ok := b.store.Get(key)
-	if !ok || len(entry.Services) == 0 {
+	if !ok || len(entry.Services)+len(lost) == 0 {
 		return
 	}
 	var nics []*nic
@@ -164,10 +205,14 @@ func (b *binder) revive(ctx context.Context, key string, driver map[string][]cxi
 		if n := b.nics[s.NIC]; n != nil {
 			nics = append(nics, n)
 		}
-		if slices.ContainsFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID }) {
-			rep.Kept++
+		rep.Kept++
+	}
+	for _, name := range lost {
+		if n := b.nics[name]; n != nil && !slices.Contains(nics, n) {
+			nics = append(nics, n)
 		}
 	}
+	slices.SortFunc(nics, func(x, y *nic) int { return x.index - y.index })
 	member, h, verified := b.verifiedMember(ctx, entry)
 	if !verified {
 		rep.Unbound++

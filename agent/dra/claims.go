@@ -1009,6 +1009,47 @@ func (m *Manager) holdBound(ctx context.Context, rec *Record) holdResult {
 	return unboundGone
 }
 
+// forgetLost drops from every record the services the driver no longer
+// has (a driver reload, a reboot), as one listing taken before anything
+// is made shows them: the driver hands a lost service's ID to the next
+// service made, so a record still naming it would name another claim's
+// service, which its check would destroy. A recorded ID the listing shows
+// carrying none of the claim's VNIs is another's already. A failed
+// listing changes nothing.
+func (m *Manager) forgetLost(ctx context.Context) error {
+	driver := map[string][]cxi.Service{}
+	for _, name := range m.fab.NICs() {
+		svcs, err := m.fab.List(ctx, name)
+		if err != nil {
+			return err
+		}
+		driver[name] = svcs
+	}
+	for _, rec := range m.store.all() {
+		vnis := rec.Options.VNIs(rec.VNI)
+		gone := func(s Service) bool {
+			listed, served := driver[s.NIC]
+			if !served {
+				return false
+			}
+			i := slices.IndexFunc(listed, func(d cxi.Service) bool { return d.ID == s.ID })
+			return i < 0 || !engine.CarriesAll(listed[i].VNIs, vnis)
+		}
+		if !slices.ContainsFunc(rec.Services, gone) {
+			continue
+		}
+		unlock := m.claimLocks.Lock(rec.UID)
+		rec.Services = slices.DeleteFunc(rec.Services, gone)
+		err := m.store.put(rec)
+		unlock()
+		if err != nil {
+			return fmt.Errorf("claim %s: forget the services the driver lost: %w", rec.Key(), err)
+		}
+		m.log.Info("the driver lost services of a claim; they are made again", "claim", rec.Key())
+	}
+	return nil
+}
+
 // ReconcileReport counts what Reconcile did.
 type ReconcileReport struct {
 	Kept, Recreated, Finished, Orphans int
@@ -1025,6 +1066,9 @@ type ReconcileReport struct {
 // destroyed. Nothing else is touched: a failed read destroys nothing.
 func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport, error) {
 	var rep ReconcileReport
+	if err := m.forgetLost(ctx); err != nil {
+		return rep, err
+	}
 	for _, rec := range m.store.all() {
 		unlock := m.claimLocks.Lock(rec.UID)
 		switch {
