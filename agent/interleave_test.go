@@ -60,11 +60,11 @@ type world struct {
 	ns   fakeNetns
 	devs []string // device IDs, over both NICs
 
-	jobs        []jobRef                     // jobs pods start in; a deleted job is replaced
-	nextJob     int                          // suffix of the next job name
-	nextPod     int                          // suffix of the next pod and UID
-	live        map[string]kubeletPod        // pods bound and not ended, by UID
-	pods        map[string]*podModel         // every pod ever started, by UID
+	jobs    []jobRef              // jobs pods start in; a deleted job is replaced
+	nextJob int                   // suffix of the next job name
+	nextPod int                   // suffix of the next pod and UID
+	live    map[string]kubeletPod // pods bound and not ended, by UID
+	pods    map[string]*podModel  // every pod ever started, by UID
 	// The model of the pods' network namespaces, kept apart from the
 	// agent's: byInode names the pod whose namespace has that inode now
 	// (while its sandbox runs, and after its end until the agent, which
@@ -72,14 +72,14 @@ type world struct {
 	// fresh while the agent runs (the model does not see its handles),
 	// and lowest-free-first when sandboxes are made again while it is
 	// down, so that a pod's new namespace may get another pod's old inode.
-	byInode   map[uint32]string
-	cur       map[string]uint32
-	ended     map[string]bool   // pods ended whose namespace may linger, held by the agent
-	hostNS    map[uint32]bool   // namespaces of host processes, made after a reboot
-	maxInode  uint32            // highest inode ever handed out
-	restarts  map[string]bool   // live pods whose containers must start again (PreStart)
-	sysPools  map[string][3]int // what each NIC's system services hold, for HoldPools after a reload
-	system    map[string]int    // each NIC's system services, as the driver lists them
+	byInode     map[uint32]string
+	cur         map[string]uint32
+	ended       map[string]bool              // pods ended whose namespace may linger, held by the agent
+	hostNS      map[uint32]bool              // namespaces of host processes, made after a reboot
+	maxInode    uint32                       // highest inode ever handed out
+	restarts    map[string]bool              // live pods whose containers must start again (PreStart)
+	sysPools    map[string][3]int            // what each NIC's system services hold, for HoldPools after a reload
+	system      map[string]int               // each NIC's system services, as the driver lists them
 	jobByUID    map[string]string            // each pod's Job's UID, as its sandbox's labels say
 	annotations map[string]map[string]string // each pod's annotations, as its sandbox's say
 	listDown    bool                         // List fails
