@@ -132,7 +132,7 @@ func newRig(t *testing.T) *rig {
 	}
 	var nics []NICDevice
 	for _, name := range []string{"cxi0", "cxi1"} {
-		s, err := sim.Open(filepath.Join(dir, "sim"), name, sim.Options{})
+		s, err := sim.Open(filepath.Join(dir, "sim"), name, sim.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}

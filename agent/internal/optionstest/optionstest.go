@@ -462,3 +462,61 @@ func ServiceIDs(sims map[string]*sim.Device) (map[string][]uint32, error) {
 	}
 	return out, nil
 }
+
+// ReloadDriver is a driver reload on the simulated NIC dev, as the agent
+// finds it when it starts again: every service is gone but the default
+// one, which the driver makes at load, and the Ethernet service, which
+// cxi_eth makes again at once (the simulation keeps it, as one in use
+// cannot be destroyed). Other stacks make their system services again
+// afterwards ([HoldPools]); the driver hands out the lowest free IDs, so
+// theirs and the agent's new ones may carry IDs recorded before.
+func ReloadDriver(dev *sim.Device) ([]uint32, error) {
+	svcs, err := dev.Services()
+	if err != nil {
+		return nil, err
+	}
+	d := uapi.NewDevice(dev)
+	var gone []uint32
+	for _, s := range svcs {
+		if s.Desc.SvcID == uapi.DefaultSvcID || s.LNIs > 0 {
+			continue
+		}
+		if err := d.DestroyService(s.Desc.SvcID); err != nil {
+			return gone, fmt.Errorf("driver reload: service %d: %w", s.Desc.SvcID, err)
+		}
+		gone = append(gone, s.Desc.SvcID)
+	}
+	return gone, nil
+}
+
+// SystemServices counts the system services of a NIC as the simulated
+// driver lists them (the Ethernet service's among them): the agent never
+// destroys one.
+func SystemServices(svcs []sim.Service) int {
+	n := 0
+	for _, s := range svcs {
+		if s.Desc.IsSystemSvc {
+			n++
+		}
+	}
+	return n
+}
+
+// Inodes hands out network namespace inodes as the kernel does
+// (proc_alloc_inum: the lowest free one), above a base. A test says which
+// inodes are in use; after a reboot, or namespaces made again while
+// others were freed, the next namespace may get an inode a service still
+// names.
+type Inodes struct {
+	// Base is below every inode handed out.
+	Base uint32
+}
+
+// Next returns the lowest inode above Base for which inUse is false.
+func (a Inodes) Next(inUse func(uint32) bool) uint32 {
+	for ino := a.Base + 1; ; ino++ {
+		if !inUse(ino) {
+			return ino
+		}
+	}
+}
