@@ -27,19 +27,7 @@ import (
 
 var (
 	interleaveSeeds = flag.Int("interleave.seeds", 40, "seeds of TestItems1To3InvariantsUnderInterleavings")
-	interleaveKnown = flag.Bool("interleave.known", false, "run the seeds of TestItems1To3InvariantsUnderInterleavings that fail on a known bug too")
 )
-
-// reviveLosesReused is the bug the driver-reload step found: at start,
-// binder.revive re-makes a live pod's lost services on the NICs its record
-// names (entry.Services), but re-making an earlier pod's service may get
-// an ID this pod's record names, and the engine's reused callback
-// (checkpoint.Store.ForgetReused) drops that entry first: the pod is left
-// with no service on that NIC (none at all where it had one NIC).
-const reviveLosesReused = "after a driver reload, revive skips a live pod's NIC whose recorded service ID another pod's re-made service took (ForgetReused)"
-
-// knownFailing are the default seeds that fail on a known bug, and which.
-var knownFailing = map[int]string{9: reviveLosesReused, 12: reviveLosesReused, 24: reviveLosesReused}
 
 // world is one node under random events: pods of a few jobs start and
 // exit, jobs are deleted, binds fail, the kubelet's List fails or comes
@@ -798,9 +786,6 @@ func TestItems1To3InvariantsUnderInterleavings(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			ran++ // a skipped seed counts: the outcomes are over the others
-			if bug, ok := knownFailing[seed]; ok && !*interleaveKnown {
-				t.Skipf("fails on a known bug: %s (-interleave.known runs it)", bug)
-			}
 			w := newWorld(t, uint64(seed), outcomes)
 			for range steps {
 				w.step()

@@ -25,23 +25,7 @@ import (
 
 var (
 	interleaveSeeds = flag.Int("interleave.seeds", 30, "seeds of TestDRAInvariantsUnderInterleavings (make fuzz runs more)")
-	interleaveKnown = flag.Bool("interleave.known", false, "run the seeds of TestDRAInvariantsUnderInterleavings that fail on a known bug too")
 )
-
-// reconcileTakesReused is the bug the driver-reload step found: at start,
-// Reconcile re-makes each claim's lost services in turn, and the driver
-// hands out the lowest free IDs, which other claims' records still name.
-// A later claim whose stale record names such an ID finds a service
-// there, not carrying its VNIs, and destroys it (another claim's new
-// service), then makes its own, whose ID the engine's reused callback
-// (checkpoint.Store.ForgetReused) drops from the victim's record: that
-// claim is left without a service on the NIC, and its containers are
-// refused. Where both claims carried the same VNI the later one would
-// take the other's service as its own.
-const reconcileTakesReused = "after a driver reload, Reconcile destroys a service another claim has just re-made, on an ID its own stale record names"
-
-// knownFailing are the default seeds that fail on a known bug, and which.
-var knownFailing = map[int]string{24: reconcileTakesReused}
 
 // liveNamespaces are the network namespaces that exist: a sandbox's from
 // its start to its end (live), and any while a handle holds it. A
@@ -792,9 +776,6 @@ func TestDRAInvariantsUnderInterleavings(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			ran++ // a skipped seed counts: the outcomes are over the others
-			if bug, ok := knownFailing[seed]; ok && !*interleaveKnown {
-				t.Skipf("fails on a known bug: %s (-interleave.known runs it)", bug)
-			}
 			w := newDRAWorld(t, uint64(seed), outcomes)
 			for range 80 {
 				w.step()
