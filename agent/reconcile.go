@@ -44,7 +44,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", err)
 	}
 
-	driver, err := b.listAll(ctx)
+	driver, err := b.fab.ListAll(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -101,7 +101,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 // the managed VNI range.
 func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, owned map[string]map[uint32]bool, rep *reconcileReport) error {
 	// List again: the pass before destroyed the services of gone pods.
-	driver, err := b.listAll(ctx)
+	driver, err := b.fab.ListAll(ctx)
 	if err != nil {
 		return err
 	}
@@ -136,38 +136,16 @@ func (b *binder) reconcileOrphans(ctx context.Context, opts reconcileOptions, ow
 	return nil
 }
 
-// listAll lists every NIC's services.
-func (b *binder) listAll(ctx context.Context) (map[string][]cxi.Service, error) {
-	driver := map[string][]cxi.Service{}
-	for _, name := range b.fab.NICs() {
-		svcs, err := b.fab.List(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		driver[name] = svcs
-	}
-	return driver, nil
-}
-
-// forgetLost drops from every record the services the driver no longer
-// has, as its listing shows them (a driver reload, a reboot), before
-// anything is made: the driver hands a lost service's ID to the next
-// service made, so a record still naming it would name another holder's
-// service, and the cleanup of a gone pod or the check of a live one would
-// destroy it. A recorded ID the listing shows carrying none of the
-// holder's VNIs is another's already. It returns, by pod, the NICs whose
-// services were lost; a NIC the agent does not serve now is left alone.
-func (b *binder) forgetLost(driver map[string][]cxi.Service) (map[string][]string, error) {
+// forgetLost drops from every record the services the driver lost
+// (engine.Listing.Lost: a driver reload, a reboot) before anything is
+// made, so that the cleanup of a gone pod or the check of a live one never
+// destroys another's new service on a reused ID. It returns, by pod, the
+// NICs whose services were lost, to be made again.
+func (b *binder) forgetLost(driver engine.Listing) (map[string][]string, error) {
 	lost := map[string][]string{}
 	for _, entry := range b.store.Pods() {
 		vnis := entry.Options.VNIs(entry.VNI)
-		gone := func(s checkpoint.Service) bool {
-			if _, served := driver[s.NIC]; !served {
-				return false
-			}
-			i := slices.IndexFunc(driver[s.NIC], func(d cxi.Service) bool { return d.ID == s.ID })
-			return i < 0 || !engine.CarriesAll(driver[s.NIC][i].VNIs, vnis)
-		}
+		gone := func(s checkpoint.Service) bool { return driver.Lost(s.NIC, s.ID, vnis) }
 		var nics []string
 		for _, s := range entry.Services {
 			if gone(s) {

@@ -1009,32 +1009,18 @@ func (m *Manager) holdBound(ctx context.Context, rec *Record) holdResult {
 	return unboundGone
 }
 
-// forgetLost drops from every record the services the driver no longer
-// has (a driver reload, a reboot), as one listing taken before anything
-// is made shows them: the driver hands a lost service's ID to the next
-// service made, so a record still naming it would name another claim's
-// service, which its check would destroy. A recorded ID the listing shows
-// carrying none of the claim's VNIs is another's already. A failed
-// listing changes nothing.
+// forgetLost drops from every record the services the driver lost
+// (engine.Listing.Lost: a driver reload, a reboot) before anything is
+// made, so that a claim's check never destroys another's new service on a
+// reused ID. A failed listing changes nothing.
 func (m *Manager) forgetLost(ctx context.Context) error {
-	driver := map[string][]cxi.Service{}
-	for _, name := range m.fab.NICs() {
-		svcs, err := m.fab.List(ctx, name)
-		if err != nil {
-			return err
-		}
-		driver[name] = svcs
+	driver, err := m.fab.ListAll(ctx)
+	if err != nil {
+		return err
 	}
 	for _, rec := range m.store.all() {
 		vnis := rec.Options.VNIs(rec.VNI)
-		gone := func(s Service) bool {
-			listed, served := driver[s.NIC]
-			if !served {
-				return false
-			}
-			i := slices.IndexFunc(listed, func(d cxi.Service) bool { return d.ID == s.ID })
-			return i < 0 || !engine.CarriesAll(listed[i].VNIs, vnis)
-		}
+		gone := func(s Service) bool { return driver.Lost(s.NIC, s.ID, vnis) }
 		if !slices.ContainsFunc(rec.Services, gone) {
 			continue
 		}

@@ -220,6 +220,39 @@ func (f *Fabric) List(ctx context.Context, nic string) ([]cxi.Service, error) {
 	return svcs, nil
 }
 
+// Listing is every NIC's services as one listing showed them, by NIC.
+type Listing map[string][]cxi.Service
+
+// ListAll lists every NIC's services; one NIC that cannot be listed fails
+// it all, since a listing with a NIC missing proves nothing of it.
+func (f *Fabric) ListAll(ctx context.Context) (Listing, error) {
+	out := Listing{}
+	for _, name := range f.NICs() {
+		svcs, err := f.List(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = svcs
+	}
+	return out, nil
+}
+
+// Lost reports whether service id on nic, recorded for a holder whose
+// services carry vnis, is gone from the driver as l shows it: absent, or
+// carrying another's VNIs under the same ID (the driver hands a lost
+// service's ID to the next service made). A NIC l does not list (one no
+// longer served) proves nothing, and nothing on it is lost. A start
+// forgets every lost service before it makes any, or a record naming a
+// lost ID would name another holder's new service.
+func (l Listing) Lost(nic string, id uint32, vnis []uint16) bool {
+	listed, ok := l[nic]
+	if !ok {
+		return false
+	}
+	i := slices.IndexFunc(listed, func(d cxi.Service) bool { return d.ID == id })
+	return i < 0 || !CarriesAll(listed[i].VNIs, vnis)
+}
+
 // CheckBound reports, as the driver says now, whether service id on nic
 // is enabled, admits the namespace inode alone and carries vni: what a
 // container must find before it starts. The error says what differs.

@@ -148,3 +148,27 @@ func TestFabricCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestListingLost: a recorded service is lost when the listing lacks its
+// ID, or shows it carrying none of the holder's VNIs (the ID handed to
+// another's new service); a NIC the listing does not name proves nothing.
+func TestListingLost(t *testing.T) {
+	l := Listing{"cxi0": {{ID: 3, VNIs: []uint16{2000, 900}}, {ID: 4, VNIs: []uint16{2001}}}}
+	for _, tc := range []struct {
+		name string
+		nic  string
+		id   uint32
+		vnis []uint16
+		want bool
+	}{
+		{"there", "cxi0", 3, []uint16{2000, 900}, false},
+		{"absent", "cxi0", 5, []uint16{2000}, true},
+		{"reused by another", "cxi0", 4, []uint16{2000}, true},
+		{"lacks a named VNI", "cxi0", 3, []uint16{2000, 901}, true},
+		{"NIC not listed", "cxi1", 3, []uint16{2000}, false},
+	} {
+		if got := l.Lost(tc.nic, tc.id, tc.vnis); got != tc.want {
+			t.Errorf("%s: Lost = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
