@@ -214,9 +214,9 @@ func (w *world) step() {
 		w.logf("agent restarts")
 		w.stopAgent()
 		w.startAgent()
-	case n < 89:
+	case n < 88:
 		w.sandboxesMadeAgain()
-	case n < 92:
+	case n < 90:
 		w.logf("driver reloaded while the agent is down")
 		w.stopAgent()
 		w.reloadDriver()

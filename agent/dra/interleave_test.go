@@ -270,7 +270,7 @@ func (w *draWorld) pick(m map[string]*resourceapi.ResourceClaim) string {
 
 func (w *draWorld) step() {
 	ctx := context.Background()
-	switch op := w.rng.IntN(13); op {
+	switch op := w.rng.IntN(12); op {
 	case 0, 1: // the kubelet prepares a new pod's claim
 		w.prepare(ctx)
 	case 2, 3: // a prepared claim's pod starts its sandbox, maybe failing on cxi1
@@ -335,7 +335,11 @@ func (w *draWorld) step() {
 		w.logf("agent restarted")
 	case 9: // the node reboots, or sandboxes are made again, while the agent is down
 		w.sandboxesMadeAgain(ctx)
-	case 10: // the driver is reloaded while the agent is down
+	case 10: // half the time, the driver is reloaded while the agent is down
+		if w.rng.IntN(2) == 0 {
+			w.collect(ctx)
+			return
+		}
 		w.logf("driver reloaded while the agent is down")
 		w.stopAgent()
 		w.reloadDriver()
@@ -348,11 +352,16 @@ func (w *draWorld) step() {
 		w.stopPod(w.podOf(uid))
 		w.forget(uid)
 		w.logf("kubelet lost %s", uid)
-	default: // time passes; the collector runs
-		w.now = w.now.Add(40 * time.Second)
-		rep, err := w.col.Pass(ctx)
-		w.logf("collector pass: %+v %v", rep, err)
+	default:
+		w.collect(ctx)
 	}
+}
+
+// collect: time passes; the collector runs.
+func (w *draWorld) collect(ctx context.Context) {
+	w.now = w.now.Add(40 * time.Second)
+	rep, err := w.col.Pass(ctx)
+	w.logf("collector pass: %+v %v", rep, err)
 }
 
 // prepare has the kubelet prepare a new pod's claim, of a random job and
