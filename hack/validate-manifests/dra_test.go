@@ -104,6 +104,9 @@ func TestRenderAPIMode(t *testing.T) {
 func TestRenderAgentRBAC(t *testing.T) {
 	common := []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// A pod's service-options annotation, where the runtime did not
+		// report it with the sandbox.
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}},
 	}
 	for _, tc := range []struct {
