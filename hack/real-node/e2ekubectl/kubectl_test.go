@@ -120,8 +120,16 @@ func TestKubectlSlingshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubectl slingshot nodes:\n%s", out)
-	if !strings.Contains(squash(out), env.Node.Name+" ready 2/2 healthy") {
-		t.Errorf("nodes: no ready row of %s with 2 healthy NICs:\n%s", env.Node.Name, out)
+	// NODE AGENT VERSION NICS ...: the agent reports its version.
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[0] == env.Node.Name && f[1] == "ready" && f[2] != "-" && f[3] == "2/2" && f[4] == "healthy" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("nodes: no ready row of %s with its agent's version and 2 healthy NICs:\n%s", env.Node.Name, out)
 	}
 }
 
