@@ -132,7 +132,17 @@ func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
 			v.Missing = append(v.Missing, svcKey(nic, v.SvcIDs[i]))
 		}
 	}
-	v.Checks = serviceChecks(t, ctx, p)
+	// The workload prints its svccheck lines after it starts: a pod seen
+	// Running may not have printed them yet. Wait, bounded, for one per
+	// device; checkBound then tells what is missing.
+	deadline := time.Now().Add(10 * time.Second)
+	for v.Checks = serviceChecks(t, ctx, p); len(v.Checks) < len(v.Devices) && time.Now().Before(deadline); v.Checks = serviceChecks(t, ctx, p) {
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	rep, err := env.Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
