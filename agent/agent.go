@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
@@ -261,8 +262,8 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 	inv.mu.Unlock()
 
 	podOf := map[string]map[uint32]string{}
-	for _, p := range b.store.Pods() {
-		key := p.Key()
+	for _, p := range b.eng.Holders(checkpoint.KindPod) {
+		key := p.ID()
 		st := "running"
 		if p.Exited != nil {
 			st = "cleaning up"

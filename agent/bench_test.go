@@ -79,7 +79,7 @@ func loopbackController(b *testing.B) *controllerclient.Client {
 func BenchmarkPreStart(b *testing.B) {
 	r := newRig(b, b.TempDir(), nil, nil)
 	r.b.logger = testLoggerDiscard()
-	r.b.useLeaser(loopbackController(b))
+	r.useLeaser(b, loopbackController(b))
 	drivers := map[string]*timedDriver{}
 	for name, n := range r.b.nics {
 		td := &timedDriver{serviceDriver: n.drv}
@@ -114,7 +114,7 @@ func BenchmarkPreStart(b *testing.B) {
 
 		r.pods.set()
 		t1 := time.Now()
-		unlock := r.b.podLocks.Lock("bench/" + fmt.Sprintf("p-%d", i))
+		unlock := r.b.eng.Lock("bench/" + fmt.Sprintf("p-%d", i))
 		if !r.b.cleanupLocked(b.Context(), fmt.Sprintf("bench/p-%d", i)) {
 			b.Fatal("cleanup did not finish")
 		}

@@ -19,7 +19,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
-	"github.com/slingshot-k8s/slingshot/internal/keylock"
 )
 
 // serviceDriver is one NIC's CXI services; *cxi.Client is one. Only the
@@ -29,11 +28,6 @@ type serviceDriver = engine.Driver
 // vniLeaser is what the pod path needs of the controller;
 // *controllerclient.Client is one.
 type vniLeaser = engine.Leaser
-
-// leaseOf is the lease a pod record holds.
-func leaseOf(p *checkpoint.Pod) controllerclient.Lease {
-	return controllerclient.Lease{Key: p.LeaseKey, VNI: p.VNI, Scope: controllerclient.Scope(p.Scope), Local: p.Local}
-}
 
 // podFinder tells which pod holds which devices, and when a pod is gone;
 // *podwatch.Watcher is one.
@@ -83,14 +77,12 @@ type nic struct {
 	drv     serviceDriver
 }
 
-// binder programs CXI services for pods: at PreStartContainer it binds,
-// when a pod is gone it cleans up, and at start it reconciles the driver
-// with its checkpoint. Its methods are safe for concurrent use.
-//
-// Its state lives in three places, each with one job: the store (the
-// durable record of each pod's lease, services and devices), the holds
-// (which local pods hold each controller lease) and the NICs (fixed at
-// start). Its one lock orders the steps of one pod and guards no data.
+// binder is the device plugin's side of a pod's life: at
+// PreStartContainer it has the engine bind the pod, when the kubelet lets
+// the pod's devices go it has the engine tear it down, and at start it has
+// the engine reconcile the pods the record names. It adds what only the
+// device plugin has: the pod found from its devices, the per-container
+// files, the hsn interface. Its methods are safe for concurrent use.
 type binder struct {
 	node     string
 	resource string
@@ -100,35 +92,28 @@ type binder struct {
 	// resolve maps each served resource's device IDs to the NICs they
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
 	resolve map[string]func(ids []string) ([]*nic, error)
-	// leases counts the local holders of each controller lease (pods;
-	// claims in DRA mode), ns keeps the namespaces services name open:
-	// both are the engine's, shared with the DRA front end.
-	leases *engine.Leases
-	// fab creates, binds and destroys the pods' services: the engine's,
-	// over nics.
-	fab   *engine.Fabric
+	// eng is the engine every pod's lease, services, namespace hold and
+	// record go through; set by useEngine.
+	eng   *engine.Engine
 	pods  podFinder
 	netns netnsFinder
 	// annotations reads a pod's annotations from the API server where the
 	// runtime did not report them; nil without an API server.
 	annotations annotationReader
-	ns          engine.Namespaces
 	// addrs allocates the pods' hsn addresses, linker puts their hsn
 	// interfaces in place; addrs is nil where the node has no IPAM.
 	addrs   addressAllocator
 	linker  hsnLinker
 	files   *allocFiles
-	store   *checkpoint.Store
 	metrics *metrics
 	// events tells the pods and the node what only the log would know.
 	events eventRecorder
 	now    func() time.Time
 	pol    atomic.Pointer[policy]
 
-	// podLocks orders the steps of one pod: one bind or cleanup at a
-	// time. An allocation's files have their own order (allocFiles),
+	// The engine's lock of a pod orders its steps: one bind or cleanup at
+	// a time. An allocation's files have their own order (allocFiles),
 	// always taken after the pod's.
-	podLocks keylock.Set
 
 	cleaning sync.Map // pod key → struct{}: cleanups in flight
 }
@@ -137,16 +122,24 @@ func (b *binder) policy() policy { return *b.pol.Load() }
 
 func (b *binder) setPolicy(p policy) { b.pol.Store(&p) }
 
-// useStore makes st the binder's record, and the engine's services
-// (b.fab) drive the NICs in b.nics, counting into b.metrics: the NICs are
-// opened first.
-func (b *binder) useStore(st *checkpoint.Store) {
-	b.store = st
+// newEngine makes the engine over st and the binder's NICs (opened
+// first), leasing through l and pinning with pins (nil: none), counting
+// into the binder's metrics.
+func (b *binder) newEngine(st *checkpoint.Store, l vniLeaser, pins engine.Pinner) error {
 	st.OnWriteError(func(error) { b.metrics.checkpointErrors.Inc() })
-	b.fab = engine.NewFabric(nicSet{b}, b.metrics.engine(), st.ForgetReused, b.logger)
+	eng, err := engine.New(engine.Config{
+		Node: b.node, Store: st, NICs: nicSet{b}, Leaser: l, Metrics: b.metrics.engine(), Pins: pins,
+		Defaults: func() engine.Defaults { return b.policy().defaults() },
+		Events:   b.events, Log: b.logger, Now: b.now,
+	})
+	if err != nil {
+		return err
+	}
+	b.eng = eng
+	return nil
 }
 
-// nicSet is the binder's NICs as the engine's Fabric reads them.
+// nicSet is the binder's NICs as the engine reads them.
 type nicSet struct{ b *binder }
 
 func (s nicSet) Driver(name string) (engine.Driver, bool) {
@@ -158,31 +151,6 @@ func (s nicSet) Driver(name string) (engine.Driver, bool) {
 }
 
 func (s nicSet) Names() []string { return slices.Sorted(maps.Keys(s.b.nics)) }
-
-// useLeaser leases through l, counting the recorded pods as the holders
-// of their leases; the store is set first.
-func (b *binder) useLeaser(l vniLeaser) {
-	b.leases = engine.NewLeases(l)
-	for _, p := range b.store.Pods() {
-		if !p.Released {
-			b.leases.Restore(p.LeaseKey, p.Key())
-		}
-	}
-}
-
-// save writes the record durably; the store counts failures.
-func (b *binder) save() error { return b.store.Save() }
-
-// update changes key's record in memory. A change that breaks the
-// store's rules is not made: the error fails the step that needed it.
-func (b *binder) update(key string, change func(*checkpoint.Pod)) (checkpoint.Pod, error) {
-	p, _, err := b.store.Update(key, change)
-	if err != nil {
-		b.metrics.checkpointErrors.Inc()
-		return p, fmt.Errorf("record of pod %s: %w", key, err)
-	}
-	return p, nil
-}
 
 // nicsOf maps device IDs to their NICs, deduplicated, in NIC order.
 func (b *binder) nicsOf(ids []string) ([]*nic, error) {
@@ -201,10 +169,11 @@ func (b *binder) nicsOf(ids []string) ([]*nic, error) {
 	return out, nil
 }
 
-// PreStart binds the container holding ids: it finds the pod, leases its
-// VNI, creates a service on each of its NICs with the pod's network
-// namespace as member, records it all, and publishes the late-bound
-// environment. It is idempotent: a restarted container finds its services.
+// PreStart binds the container holding ids: it finds the pod, and the
+// engine leases its VNI, makes a service on each of its NICs and binds
+// them to the pod's network namespace, recording it all; then the
+// late-bound environment is published. It is idempotent: a restarted
+// container finds its services.
 func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (err error) {
 	start := b.now()
 	defer func() { b.metrics.observePreStart(start, err) }()
@@ -235,7 +204,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 		}
 	}()
 	key := pod.Key()
-	unlock := b.podLocks.Lock(key)
+	unlock := b.eng.Lock(key)
 	defer unlock()
 
 	if err := b.retireReplaced(ctx, pod); err != nil {
@@ -245,92 +214,90 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	if err != nil {
 		return err
 	}
-	// Held from here until the pod's services are destroyed; closed now
-	// if no service names it when the bind ends.
-	defer b.keepIfNamed(key, handle)
-	netns := engine.InodeOf(handle)
-	_, recorded := b.store.Get(key)
+	_, recorded := b.eng.Get(key)
 	fresh := !recorded
 	if fresh {
-		opts, err := b.optionsFor(ctx, pod, handle)
-		if err != nil {
-			return err
-		}
-		if err := b.record(ctx, pod, netns, shareKey(pod, handle), opts); err != nil {
+		if err := b.admit(ctx, pod, handle); err != nil {
+			if handle != nil {
+				_ = handle.Close()
+			}
 			return err
 		}
 	}
-	created, err := b.ensureServices(ctx, key, nics, member, handle)
+	created, err := b.bind(ctx, key, nics, member, handle)
 	if err == nil {
 		err = b.ensureHSN(ctx, key, resource, pod, nics, handle)
 	}
-	if err != nil {
-		b.rollback(ctx, key, created, fresh, handle)
-		return err
+	var entry checkpoint.Holder
+	if err == nil {
+		entry, err = b.eng.Update(key, func(p *checkpoint.Holder) {
+			p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
+		})
 	}
-	entry, err := b.update(key, func(p *checkpoint.Pod) {
-		p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
-	})
 	if err != nil {
-		b.rollback(ctx, key, created, fresh, handle)
+		b.rollback(ctx, key, created, fresh)
 		return err
 	}
 	// The record and the published values do not depend on each other:
 	// write them at once, since both wait on the disk.
 	var saveErr, pubErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { saveErr = b.save() })
+	wg.Go(func() { saveErr = b.eng.Save() })
 	wg.Go(func() { pubErr = b.publish(ids, entry, nics) })
 	wg.Wait()
 	if saveErr != nil {
-		b.rollback(ctx, key, created, fresh, handle)
+		b.rollback(ctx, key, created, fresh)
 		return saveErr
 	}
 	if pubErr != nil {
 		return pubErr
 	}
 	b.logger.Info("bound pod", "pod", key, "uid", pod.UID, "container", container,
-		"vni", entry.VNI, "scope", entry.Scope, "netns", netns, "nics", nicNames(nics))
+		"vni", entry.VNI, "scope", entry.Scope, "netns", entry.Netns, "nics", nicNames(nics))
 	return nil
 }
 
-// record leases the VNI of a pod seen for the first time and records the
-// pod durably, before any service exists, so that a crash before the next
-// save leaves services a restart recognises.
-func (b *binder) record(ctx context.Context, pod *podwatch.Pod, netns uint32, share string, opts *checkpoint.ServiceOptions) error {
-	key := pod.Key()
-	lease, err := b.acquire(ctx, pod, share)
+// admit has the engine lease the VNI of a pod seen for the first time and
+// record it, with the service options it asks for, before any service
+// exists.
+func (b *binder) admit(ctx context.Context, pod *podwatch.Pod, h nsHandle) error {
+	opts, err := b.optionsFor(ctx, pod, h)
 	if err != nil {
 		return err
 	}
-	entry := checkpoint.Pod{
-		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
-		VNI: lease.VNI, Scope: string(lease.Scope), LeaseKey: lease.Key, Local: lease.Local, Netns: netns,
-		Network: lease.NetworkRequest, CollEnv: engine.CollectivesEnv(lease),
-		DeviceIDs: map[string][]string{}, Created: b.now().UTC(),
-		Options: opts,
-	}
-	if err := b.store.Put(entry); err != nil {
-		b.release(ctx, key, lease)
-		return fmt.Errorf("record pod %s: %w", key, err)
-	}
-	if err := b.save(); err != nil {
-		b.forget(ctx, key)
-		return err
-	}
-	return nil
-}
-
-// acquire leases the pod's VNI and counts the pod among the lease's local
-// holders; a pod of a job another local pod holds the lease of joins it
-// with no controller call (share, engine.ShareKey).
-func (b *binder) acquire(ctx context.Context, pod *podwatch.Pod, share string) (controllerclient.Lease, error) {
+	rec := checkpoint.Holder{Kind: checkpoint.KindPod, UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
+		DeviceIDs: map[string][]string{}, Options: opts}
 	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-	lease, err := b.leases.AcquireShared(ctx, pod.Key(), ref, share)
-	if err != nil {
-		return lease, fmt.Errorf("lease VNI for %s: %w", pod.Key(), err)
+	_, err = b.eng.Admit(ctx, rec, ref, shareKey(pod, h))
+	return err
+}
+
+// bind has the engine make the pod's services on nics and bind them to
+// its namespace h, or give them the fallback member where h is nil. It
+// returns the services made in this call.
+func (b *binder) bind(ctx context.Context, key string, nics []*nic, member cxi.Member, h nsHandle) ([]checkpoint.Service, error) {
+	var fallback *cxi.Member
+	if h == nil {
+		fallback = &member
+	} else {
+		// A sandbox made again: the pod's hsn interface leaves the old
+		// namespace, still held, before the engine lets it go.
+		b.leaveOldNamespace(key, h)
 	}
-	return lease, nil
+	created, err := b.eng.Ensure(ctx, key, nicNames(nics), fallback)
+	if err != nil {
+		if h != nil {
+			_ = h.Close()
+		}
+		return created, err
+	}
+	if h != nil {
+		// The handle is the engine's from here.
+		if _, err := b.eng.Bind(ctx, key, h, nil); err != nil {
+			return created, err
+		}
+	}
+	return created, nil
 }
 
 // podMeta is a namespace handle that knows its pod's labels and
@@ -351,21 +318,6 @@ func shareKey(pod *podwatch.Pod, h nsHandle) string {
 	return engine.ShareKey(pod.Namespace, labels, annotations)
 }
 
-// release drops key's hold on lease, and the node's hold at the controller
-// with the last local holder. It reports whether the lease no longer
-// needs releasing for key.
-func (b *binder) release(ctx context.Context, key string, lease controllerclient.Lease) bool {
-	if err := b.leases.Release(ctx, key, lease); err != nil {
-		b.logger.Warn("release VNI; will retry", "pod", key, "vni", lease.VNI, "err", err)
-		if p, ok := b.store.Get(key); ok {
-			b.events.Record(event.Pod(p.Namespace, p.Name, p.UID), event.LeaseReleaseFailed,
-				fmt.Sprintf("Releasing this node's hold on VNI %d failed: %v", lease.VNI, err))
-		}
-		return false
-	}
-	return true
-}
-
 // allocationRecord keys a container's devices of one resource in the
 // checkpoint: "main@hpe.com/cxi".
 func allocationRecord(container, resource string) string { return container + "@" + resource }
@@ -373,7 +325,7 @@ func allocationRecord(container, resource string) string { return container + "@
 // retireReplaced cleans up a recorded pod of the same name but another
 // UID: a StatefulSet pod recreated before its predecessor's exit was seen.
 func (b *binder) retireReplaced(ctx context.Context, pod *podwatch.Pod) error {
-	old, ok := b.store.Get(pod.Key())
+	old, ok := b.eng.Get(pod.Key())
 	if !ok || old.UID == "" || pod.UID == "" || old.UID == pod.UID {
 		return nil
 	}
@@ -404,183 +356,19 @@ func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, nsH
 	return cxi.Member{}, nil, fmt.Errorf("%w %s: %w; configure membership.fallbackUID or fallbackGID to allow a UID/GID member", ErrNoMember, pod.Key(), nsErr)
 }
 
-// ensureServices makes sure key's record has a service on each NIC,
-// carrying the pod's VNIs and admitting its namespace h alone (the
-// fallback member where h is nil): one that does is kept, an unbound one
-// (made again by a restart that could not verify the namespace) is bound,
-// and one admitting anything else is destroyed and made again, unbound
-// and then bound, so that no service names an old namespace once a new
-// one is recorded. It returns the services it created in this call.
-func (b *binder) ensureServices(ctx context.Context, key string, nics []*nic, member cxi.Member, h nsHandle) ([]checkpoint.Service, error) {
-	entry, ok := b.store.Get(key)
-	if !ok || entry.VNI == 0 {
-		return nil, nil // the pod opted out of a VNI: no service to make
-	}
-	vnis := entry.Options.VNIs(entry.VNI)
-	var missing []*nic
-	var unbound []engine.Target
-	for _, n := range nics {
-		i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
-		if i >= 0 {
-			state, err := b.serviceState(ctx, n.name, entry.Services[i].ID, vnis, member)
-			if err != nil {
-				return nil, err
-			}
-			switch state {
-			case serviceReady:
-				continue // a restarted container: the service is there
-			case serviceUnbound:
-				unbound = append(unbound, engine.Target{NIC: n.name, ID: entry.Services[i].ID})
-				continue
-			}
-			if _, err := b.update(key, func(p *checkpoint.Pod) {
-				p.Services = slices.DeleteFunc(p.Services, func(s checkpoint.Service) bool { return s.NIC == n.name })
-			}); err != nil {
-				return nil, err
-			}
-		}
-		missing = append(missing, n)
-	}
-	spec, err := engine.ServiceSpec(entry.VNI, entry.Options, b.policy().defaults())
-	if err != nil {
-		return nil, fmt.Errorf("services of %s: %w", key, err)
-	}
-	netns := engine.InodeOf(h)
-	if h == nil {
-		spec.Members = []cxi.Member{member} // the fallback UID or GID
-	}
-	// The record names the namespace before any service may admit it, so
-	// that a crash leaves nothing a restart cannot recognise.
-	if _, err := b.update(key, func(p *checkpoint.Pod) { p.Netns = netns }); err != nil {
-		return nil, err
-	}
-	var created []checkpoint.Service
-	for _, n := range missing {
-		id, err := b.fab.Create(ctx, n.name, spec)
-		if err != nil {
-			return created, fmt.Errorf("services of %s: %w", key, err)
-		}
-		rec := checkpoint.Service{NIC: n.name, ID: id, VNIs: slices.Clone(spec.VNIs)}
-		if _, err := b.update(key, func(p *checkpoint.Pod) { p.Services = append(p.Services, rec) }); err != nil {
-			// Unrecorded, the service would be nobody's: it goes now.
-			if derr := b.fab.Destroy(ctx, n.name, id); derr != nil {
-				err = fmt.Errorf("%w; and destroying the unrecorded service: %w (the start-up reconcile destroys it)", err, derr)
-			}
-			return created, err
-		}
-		created = append(created, rec)
-		if h != nil {
-			unbound = append(unbound, engine.Target{NIC: n.name, ID: id})
-		}
-	}
-	if h != nil && len(unbound) > 0 {
-		// The handle is the engine's from here: kept while a service may
-		// admit its namespace.
-		if _, err := b.fab.Bind(ctx, &b.ns, key, h, unbound); err != nil {
-			return created, fmt.Errorf("services of %s: %w", key, err)
-		}
-	}
-	return created, nil
-}
-
-// serviceState is what a recorded service is good for.
-type serviceState int
-
-const (
-	serviceGone    serviceState = iota // gone, or destroyed now: make another
-	serviceReady                       // admits the member alone: keep it
-	serviceUnbound                     // admits nobody yet: bind it
-)
-
-// serviceState reads service id on nic and tells whether it can be kept:
-// it carries every VNI of vnis and admits member alone (ready) or nobody
-// (unbound). One that cannot is destroyed.
-func (b *binder) serviceState(ctx context.Context, nic string, id uint32, vnis []uint16, member cxi.Member) (serviceState, error) {
-	svc, err := b.fab.Get(ctx, nic, id)
-	switch {
-	case errors.Is(err, cxi.ErrNotFound):
-		return serviceGone, nil
-	case err != nil:
-		return serviceGone, fmt.Errorf("check service %d on %s: %w", id, nic, err)
-	case !engine.CarriesAll(svc.VNIs, vnis):
-	case member.Type == cxi.MemberNetNS && engine.Admits(svc, member.ID):
-		return serviceReady, nil
-	case member.Type == cxi.MemberNetNS && engine.Unbound(svc):
-		return serviceUnbound, nil
-	case member.Type != cxi.MemberNetNS && svc.Enabled && slices.Equal(svc.Members, []cxi.Member{member}):
-		return serviceReady, nil
-	}
-	if err := b.fab.Destroy(ctx, nic, id); err != nil {
-		return serviceGone, fmt.Errorf("replace a stale service: %w", err)
-	}
-	return serviceGone, nil
-}
-
-// rollback undoes a failed bind: the services made in this call, and for a
-// pod seen for the first time its hsn interface (in the namespace h),
-// lease and record.
-func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool, h nsHandle) {
-	for _, s := range created {
-		if err := b.fab.Destroy(ctx, s.NIC, s.ID); err != nil {
-			b.logger.Error("rollback: destroy service", "nic", s.NIC, "id", s.ID, "err", err)
-			continue // stays recorded; cleanup retries it
-		}
-		b.dropService(key, s)
-	}
-	if entry, ok := b.store.Get(key); fresh && ok && len(entry.Services) == 0 && b.dropHSN(key, h) {
-		b.forget(ctx, key)
-		return
-	}
-	if err := b.save(); err != nil {
-		b.logger.Error("rollback: save checkpoint", "err", err)
-	}
-}
-
-// dropService removes the destroyed service s from key's record. A removal
-// breaks no rule of the store; one refused all the same is an error the
-// operator must see, and s stays recorded (its destroy is retried).
-func (b *binder) dropService(key string, s checkpoint.Service) {
-	if _, err := b.update(key, func(p *checkpoint.Pod) {
-		p.Services = slices.DeleteFunc(p.Services, func(x checkpoint.Service) bool { return x.NIC == s.NIC && x.ID == s.ID })
-	}); err != nil {
-		b.logger.Error("drop a destroyed service from the record", "pod", key, "nic", s.NIC, "id", s.ID, "err", err)
-	}
-}
-
-// forget releases a pod's lease and drops its record.
-func (b *binder) forget(ctx context.Context, key string) {
-	entry, ok := b.store.Get(key)
-	if !ok {
-		return
-	}
-	if !entry.Released && !b.release(ctx, key, leaseOf(&entry)) {
-		return // kept; the cleanup loop retries
-	}
-	b.store.Delete(key)
-	b.ns.Release(key)
-	if err := b.save(); err != nil {
-		b.logger.Error("save checkpoint", "err", err)
-	}
+// rollback undoes a failed bind: the engine destroys the services made
+// in this call, and for a pod seen for the first time its hsn interface
+// goes, then its lease and record.
+func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool) {
+	b.eng.Rollback(ctx, key, created, fresh, func(checkpoint.Holder) bool {
+		return b.dropHSN(key, b.eng.Namespaces().Get(key))
+	})
 }
 
 // publish writes the late-bound values where the container will find
 // them: the per-allocation env file and the CDI spec.
-func (b *binder) publish(ids []string, entry checkpoint.Pod, nics []*nic) error {
-	return b.files.publish(cdispec.AllocationKey(ids), b.envFor(entry, nics))
-}
-
-// envFor returns the SLINGSHOT_* environment of a container using nics.
-func (b *binder) envFor(entry checkpoint.Pod, nics []*nic) []string {
-	bind := engine.Binding{VNI: entry.VNI, Extra: engine.Extra(entry.Options), TCs: engine.TCs(entry.Options, b.policy().defaults())}
-	for _, n := range nics {
-		bind.NICs = append(bind.NICs, n.name)
-		var id uint32
-		if i := slices.IndexFunc(entry.Services, func(s checkpoint.Service) bool { return s.NIC == n.name }); i >= 0 {
-			id = entry.Services[i].ID
-		}
-		bind.Services = append(bind.Services, id)
-	}
-	return append(engine.Env(bind), entry.CollEnv...)
+func (b *binder) publish(ids []string, entry checkpoint.Holder, nics []*nic) error {
+	return b.files.publish(cdispec.AllocationKey(ids), b.eng.Env(entry, nicNames(nics)))
 }
 
 func nicNames(nics []*nic) []string {
@@ -589,22 +377,4 @@ func nicNames(nics []*nic) []string {
 		out[i] = n.name
 	}
 	return out
-}
-
-// keepIfNamed keeps h for pod while pod's record has a service whose
-// member is h's namespace, replacing (and closing) the handle kept
-// before; otherwise it lets h go. A nil h is nothing to keep.
-func (b *binder) keepIfNamed(pod string, h nsHandle) {
-	if h == nil {
-		return
-	}
-	if p, ok := b.store.Get(pod); ok && len(p.Services) > 0 && p.Netns == h.Inode() {
-		b.ns.Keep(pod, h)
-		return
-	}
-	if engine.Same(b.ns.Get(pod), h) {
-		b.ns.Release(pod) // a bind kept it, and its services are gone
-		return
-	}
-	_ = h.Close()
 }

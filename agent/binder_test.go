@@ -143,6 +143,7 @@ func (h *fakeHandle) Close() error {
 // rig is a binder over two simulated NICs.
 type rig struct {
 	b      *binder
+	store  *checkpoint.Store
 	pods   *fakePods
 	leaser *fakeLeaser
 	sims   map[string]*sim.Device
@@ -189,14 +190,22 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		b.nics[name] = &nic{name: name, index: i, devPath: "/dev/" + name, drv: client}
 	}
 	b.resolve[res] = b.nicsOf
-	store, err := checkpoint.Open(filepath.Join(dir, CheckpointName), "n1")
+	store, err := checkpoint.Open(filepath.Join(dir, CheckpointName), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.useStore(store)
-	b.useLeaser(leaser)
-	r.b = b
+	r.b, r.store = b, store
+	r.useLeaser(t, leaser)
 	return r
+}
+
+// useLeaser makes the binder's engine anew over the same record, leasing
+// through l.
+func (r *rig) useLeaser(t testing.TB, l vniLeaser) {
+	t.Helper()
+	if err := r.b.newEngine(r.store, l, nil); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // services lists the services of one simulated NIC that are not the
@@ -245,11 +254,11 @@ func TestPreStartBindsPodOnEveryNIC(t *testing.T) {
 		}
 	}
 	// The checkpoint on disk has the pod, so a restart knows its services.
-	st, err := checkpoint.Load(r.b.store.Path(), "n1")
+	st, err := checkpoint.Load(r.store.Path(), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := st.Pods["ns/a"]
+	p := st.Holders["ns/a"]
 	if p == nil || p.VNI != 1024 || len(p.Services) != 2 || p.Netns != 4026532001 || p.UID != "uid-a" {
 		t.Fatalf("checkpoint pod = %+v", p)
 	}
@@ -306,7 +315,7 @@ func TestPreStartLeaseFailureLeavesNothing(t *testing.T) {
 	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err == nil {
 		t.Fatal("PreStart succeeded without a lease")
 	}
-	if len(r.services(t, "cxi0")) != 0 || len(r.b.store.Keys()) != 0 {
+	if len(r.services(t, "cxi0")) != 0 || len(r.store.IDs(checkpoint.KindPod)) != 0 {
 		t.Fatal("a failed lease left services or a record")
 	}
 }
@@ -420,12 +429,12 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	// A bind that crashed after creating its service and before recording
 	// it: the record (saved before any service) has a VNI and netns.
-	crashed := checkpoint.Pod{UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", LeaseKey: "ns/c", Netns: 4026532003, DeviceIDs: map[string][]string{}}
-	if err := r.b.store.Put(crashed); err != nil {
+	crashed := checkpoint.Holder{Kind: checkpoint.KindPod, UID: "uid-c", Namespace: "ns", Name: "c", VNI: 1500, Scope: "job", LeaseKey: "ns/c", Netns: 4026532003, DeviceIDs: map[string][]string{}}
+	if err := r.store.Put(crashed); err != nil {
 		t.Fatal(err)
 	}
 	leaser.held["ns/c"] = 1500
-	if err := r.b.save(); err != nil {
+	if err := r.store.Save(); err != nil {
 		t.Fatal(err)
 	}
 	orphan, err := r.b.nics["cxi0"].drv.Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{1500}, Members: []cxi.Member{{Type: cxi.MemberNetNS, ID: 4026532003}}, TCs: cxi.DefaultTrafficClasses})
@@ -573,17 +582,17 @@ func TestPreferredAllocationSpreadsShares(t *testing.T) {
 }
 
 // record returns the binder's record of key, failing the test without one.
-func (r *rig) record(t testing.TB, key string) checkpoint.Pod {
+func (r *rig) record(t testing.TB, key string) checkpoint.Holder {
 	t.Helper()
-	p, ok := r.b.store.Get(key)
+	p, ok := r.store.Get(key)
 	if !ok {
-		t.Fatalf("no record of %s; records: %v", key, r.b.store.Keys())
+		t.Fatalf("no record of %s; records: %v", key, r.store.IDs(checkpoint.KindPod))
 	}
 	return p
 }
 
 // has reports whether the binder records key.
 func (r *rig) has(key string) bool {
-	_, ok := r.b.store.Get(key)
+	_, ok := r.store.Get(key)
 	return ok
 }

@@ -196,7 +196,6 @@ func (a *parts) buildNICs(ctx context.Context) error {
 			logger.Warn("the state directory is a slave mount (HostToContainer): namespace pins end with the agent's container; mount it Bidirectional", "dir", pins.Dir())
 		}
 		a.pins = pins
-		a.b.ns.Pins, a.b.ns.Log = pins, logger
 	}
 	for _, n := range disc.NICs {
 		if a.openNIC(n) {
@@ -364,7 +363,7 @@ func (a *parts) buildUnits(f *pluginFront) error {
 
 // buildState opens the agent's checkpoint and its controller client.
 func (a *parts) buildState(ctx context.Context) error {
-	store, err := checkpoint.Open(filepath.Join(a.opts.StateDir, CheckpointName), a.opts.NodeName)
+	store, err := checkpoint.Open(filepath.Join(a.opts.StateDir, CheckpointName), a.opts.NodeName, a.opts.CheckpointFormat)
 	if err != nil {
 		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
 	}
@@ -377,19 +376,19 @@ func (a *parts) buildState(ctx context.Context) error {
 	if moved > 0 {
 		a.logger.Info("moved the DRA claims of an earlier agent into the checkpoint", "claims", moved)
 	}
-	if n := len(store.Claims()); n > 0 && a.opts.API != APIDRA {
+	if n := len(store.Holders(checkpoint.KindClaim)); n > 0 && a.opts.API != APIDRA {
 		return fmt.Errorf("--api=%s: the checkpoint records %d DRA claims; switch a node's API once its pods are drained (slingshot-agent inspect lists them)", a.opts.API, n)
 	}
-	a.b.useStore(store)
-	client, err := newLeaser(ctx, a.opts, a.b.inUseVNIs, a.logger, a.reg)
+	// The heartbeats, which ask for the VNIs in use, begin once the
+	// engine is made.
+	client, err := newLeaser(ctx, a.opts, func(ctx context.Context) ([]uint16, error) { return a.b.eng.InUseVNIs(ctx) }, a.logger, a.reg)
 	if err != nil {
 		return err
 	}
 	a.closers = append(a.closers, client)
 	client.RestorePodVNIs(localVNIs(store.Snapshot()))
 	a.client = client
-	a.b.useLeaser(timedLeaser{vniLeaser: client, m: a.m})
-	return nil
+	return a.b.newEngine(store, timedLeaser{vniLeaser: client, m: a.m}, a.pinner())
 }
 
 // buildServing makes the health monitor, the admin HTTP endpoint and the
@@ -404,7 +403,7 @@ func (a *parts) buildServing(context.Context) error {
 	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	a.dsvc.events, a.dsvc.node = a.events, a.opts.NodeName
 	a.drain = &drainWatch{
-		node: a.opts.NodeName, after: &a.drainAfter, pending: a.fe.pendingDestroys,
+		node: a.opts.NodeName, after: &a.drainAfter, pending: func() []pendingDestroy { return pendingOf(a.b.eng) },
 		events: a.events, logger: a.logger.With("component", "drain"), now: time.Now,
 		stuckG: func(n int) { a.m.cleanupStuck.Set(float64(n)) },
 	}
@@ -498,7 +497,7 @@ func (a *parts) run(ctx context.Context) error {
 	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "version", version.Version, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.describe()...)...)
 
 	err := g.Wait()
-	a.b.ns.CloseAll()
+	a.b.eng.Namespaces().CloseAll()
 	a.m.ready.Set(0)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
 
@@ -118,7 +119,7 @@ func TestPreStartUnderChurnWithinTheKubeletRateLimit(t *testing.T) {
 	// Every pod is gone: the agent cleans them all up.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		left := len(r.b.store.Keys())
+		left := len(r.store.IDs(checkpoint.KindPod))
 		if left == 0 {
 			break
 		}

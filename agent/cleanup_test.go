@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
 
@@ -62,7 +63,7 @@ func (r *rig) kept(t *testing.T, step string, cxi0, cxi1 []uint32) {
 	if got := r.svcIDs(t, "cxi1"); !slices.Equal(got, cxi1) {
 		t.Fatalf("%s: cxi1 services %v, want %v", step, got, cxi1)
 	}
-	n := len(r.b.store.Keys())
+	n := len(r.store.IDs(checkpoint.KindPod))
 	r.leaser.mu.Lock()
 	released := slices.Clone(r.leaser.released)
 	r.leaser.mu.Unlock()
@@ -118,7 +119,7 @@ func TestItem3KubeletRestartKeepsRunningPods(t *testing.T) {
 		t.Fatalf("pod b's services %v, want %v", got, cxi1)
 	}
 	if !slices.Equal(r.leaser.released, []string{"ns/a"}) || !r.has("ns/b") || r.has("ns/a") {
-		t.Fatalf("released %v, records %v: want only pod a cleaned up", r.leaser.released, r.b.store.Keys())
+		t.Fatalf("released %v, records %v: want only pod a cleaned up", r.leaser.released, r.store.IDs(checkpoint.KindPod))
 	}
 }
 
@@ -246,7 +247,7 @@ func TestItem4CleanupLeavesTheNextHoldersFiles(t *testing.T) {
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
 	if r.has("ns/a") || !r.has("ns/b") {
-		t.Fatalf("records %v, want only ns/b", r.b.store.Keys())
+		t.Fatalf("records %v, want only ns/b", r.store.IDs(checkpoint.KindPod))
 	}
 	svc := r.record(t, "ns/b").Services[0].ID
 	if env := r.envFile(t, dev0); !strings.Contains(env, fmt.Sprintf("SLINGSHOT_SVC_IDS=%d\n", svc)) {

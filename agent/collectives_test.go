@@ -24,7 +24,7 @@ func (l collLeaser) AcquireJobVNI(ctx context.Context, p controllerclient.PodRef
 // file beside SLINGSHOT_*, and keeps them in the checkpoint for a restart.
 func TestPreStartPublishesCollectives(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001})
-	r.b.useLeaser(collLeaser{r.leaser})
+	r.useLeaser(t, collLeaser{r.leaser})
 	r.pods.set(pod("ns", "a", "uid-a", "main", dev0, dev1))
 	if err := r.b.PreStart(t.Context(), res, []string{dev1, dev0}); err != nil {
 		t.Fatal(err)
@@ -36,11 +36,11 @@ func TestPreStartPublishesCollectives(t *testing.T) {
 			t.Errorf("env file lacks %q:\n%s", want, env)
 		}
 	}
-	st, err := checkpoint.Load(r.b.store.Path(), "n1")
+	st, err := checkpoint.Load(r.store.Path(), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := st.Pods["ns/a"]; p == nil || len(p.CollEnv) != 6 {
+	if p := st.Holders["ns/a"]; p == nil || len(p.CollEnv) != 6 {
 		t.Fatalf("checkpoint pod = %+v, want its collectives environment", p)
 	}
 	// inspect (and kubectl slingshot pod) names the reservation.

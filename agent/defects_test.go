@@ -21,11 +21,11 @@ func TestDefect5RefusedRecordFailsPreStart(t *testing.T) {
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	probe, _ := h.b.store.Get("ns/probe")
+	probe, _ := h.store.Get("ns/probe")
 	next := probe.HSN.Address.Addr().Next()
-	stale := checkpoint.Pod{Namespace: "ns", Name: "stale", DeviceIDs: map[string][]string{},
+	stale := checkpoint.Holder{Kind: checkpoint.KindPod, Namespace: "ns", Name: "stale", DeviceIDs: map[string][]string{},
 		HSN: &checkpoint.HSNLink{Name: "hsn0", Parent: "hsn0", Mode: "macvlan", Address: netip.PrefixFrom(next, probe.HSN.Address.Bits()), Owner: "pod/gone/hsn0"}}
-	if err := h.b.store.Put(stale); err != nil {
+	if err := h.store.Put(stale); err != nil {
 		t.Fatal(err)
 	}
 

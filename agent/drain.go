@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 )
 
@@ -31,6 +33,27 @@ type pendingDestroy struct {
 	// not say (a claim's unprepare), and the watch counts from when it
 	// first saw them.
 	since time.Time
+}
+
+// pendingOf are the holders whose services should be destroyed and are
+// not yet, whichever front end they came through, dated from when their
+// teardown began.
+func pendingOf(eng *engine.Engine) []pendingDestroy {
+	var out []pendingDestroy
+	for _, h := range eng.Pending() {
+		d := pendingDestroy{owner: h.String(), since: *h.Exited}
+		if h.Kind == checkpoint.KindPod {
+			d.pods = []event.Object{event.Pod(h.Namespace, h.Name, h.UID)}
+		}
+		for _, p := range h.Pods {
+			d.pods = append(d.pods, event.Pod(p.Namespace, p.Name, p.UID))
+		}
+		for _, s := range h.Services {
+			d.services = append(d.services, fmt.Sprintf("%s:%d", s.NIC, s.ID))
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // taintSetter puts the cleanup-stuck taint on the node or takes it off;

@@ -14,10 +14,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
-	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
@@ -51,7 +51,7 @@ type draFront struct {
 // controller client: no device-plugin server and no PodResources watch,
 // since a node serves its NICs through one API only.
 func (a *parts) buildDRA(context.Context) error {
-	if n := len(a.b.store.Pods()); n > 0 {
+	if n := len(a.b.eng.Holders(checkpoint.KindPod)); n > 0 {
 		return fmt.Errorf("--api=dra: the checkpoint records %d pods bound through the device plugin; switch a node's API once its pods are drained (slingshot-agent inspect lists them)", n)
 	}
 	if len(a.cfg.GPU.MachineTypes) > 0 {
@@ -78,13 +78,13 @@ func (a *parts) buildDRA(context.Context) error {
 		return err
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
-		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Store: a.b.store,
-		NICs: nics, Leases: a.b.leases, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready, Pins: a.pinner(),
+		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.b.eng,
+		NICs: nics, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Policy: func() dra.Policy {
 			p := a.b.policy()
 			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}
 		},
-		Logger: a.logger.With("component", "dra"), Metrics: metrics, ServiceMetrics: a.m.engine(),
+		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
 		// NRI names the sandbox's namespace by its host path
 		// (/var/run/netns/cni-...), which the agent's container reaches
@@ -129,7 +129,7 @@ func (a *parts) draNICs() ([]dra.NICDevice, map[string]string, error) {
 		if nd == nil {
 			return nil, nil, fmt.Errorf("--api=dra: NIC %s is served but not opened", n.Name)
 		}
-		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath, Drv: nd.drv})
+		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath})
 		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
 			roots[n.Name] = topo.Root
 		} else {
@@ -244,7 +244,6 @@ func (d *draFront) stop() {
 	if drv != nil {
 		drv.Stop()
 	}
-	d.mgr.Close()
 }
 
 func (d *draFront) describe() []any {
@@ -282,25 +281,4 @@ func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
 		r.Claims = append(r.Claims, c)
 	}
 	return r
-}
-
-// pendingDestroys are the claims being unprepared whose services are not
-// destroyed yet. The record does not date an unprepare: the drain watch
-// counts from when it first sees one.
-func (d *draFront) pendingDestroys() []pendingDestroy {
-	var out []pendingDestroy
-	for _, rec := range d.mgr.Records() {
-		if !rec.Unpreparing || len(rec.Services) == 0 {
-			continue
-		}
-		p := pendingDestroy{owner: "claim " + rec.Key()}
-		for _, pod := range rec.Pods {
-			p.pods = append(p.pods, event.Pod(pod.Namespace, pod.Name, pod.UID))
-		}
-		for _, s := range rec.Services {
-			p.services = append(p.services, s.NIC+":"+strconv.FormatUint(uint64(s.ID), 10))
-		}
-		out = append(out, p)
-	}
-	return out
 }

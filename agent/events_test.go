@@ -63,14 +63,14 @@ func TestCleanupStuckAndReleaseEvents(t *testing.T) {
 	if err := r.sims["cxi0"].SetInUse(id, 1); err != nil {
 		t.Fatal(err)
 	}
-	if p := r.b.pendingDestroys(); len(p) != 0 {
+	if p := pendingOf(r.b.eng); len(p) != 0 {
 		t.Fatalf("a live pod's services pending destruction: %+v", p)
 	}
 	r.pods.set()
 	var wg sync.WaitGroup
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
-	p := r.b.pendingDestroys()
+	p := pendingOf(r.b.eng)
 	exited := r.record(t, "ns/a").Exited
 	if len(p) != 1 || p[0].owner != "pod ns/a" || exited == nil || !p[0].since.Equal(*exited) ||
 		len(p[0].services) != 1 || p[0].pods[0] != event.Pod("ns", "a", "uid-a") {
@@ -86,7 +86,7 @@ func TestCleanupStuckAndReleaseEvents(t *testing.T) {
 	r.leaser.failRelease = errors.New("controller unreachable after 5 attempts")
 	r.b.sweep(t.Context(), &wg)
 	wg.Wait()
-	if len(r.b.pendingDestroys()) != 0 {
+	if len(pendingOf(r.b.eng)) != 0 {
 		t.Fatal("a destroyed service still pending")
 	}
 	ev := r.events.Of(event.LeaseReleaseFailed)

@@ -36,9 +36,6 @@ type frontEnd interface {
 	stop()
 	// describe is what the "agent ready" line says of the front end.
 	describe() []any
-	// pendingDestroys are the services that should be destroyed and are
-	// not yet (the drain watch).
-	pendingDestroys() []pendingDestroy
 }
 
 // pluginFront is the device-plugin front end: the NIC resource, the GPU
@@ -124,5 +121,3 @@ func (f *pluginFront) stop() {}
 func (f *pluginFront) describe() []any {
 	return []any{"api", APIDevicePlugin, "resource", f.res.name}
 }
-
-func (f *pluginFront) pendingDestroys() []pendingDestroy { return f.a.b.pendingDestroys() }

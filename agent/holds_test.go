@@ -119,7 +119,7 @@ func (c *jobController) owner(vni uint16) (key string, held bool) {
 func TestItem1HoldOutlivesOnePodOfTheJob(t *testing.T) {
 	ctl := newJobController()
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002, "uid-c": 4026532003})
-	r.b.useLeaser(ctl)
+	r.useLeaser(t, ctl)
 	k := newFakeKubelet(t)
 	w := r.useWatcher(k, nil)
 	pa := kubeletPod{"ns", "train-0", "uid-a", "main", []string{dev0}}
@@ -158,7 +158,7 @@ func TestItem1HoldOutlivesOnePodOfTheJob(t *testing.T) {
 func TestItem1RollbackKeepsTheJobsHold(t *testing.T) {
 	ctl := newJobController()
 	r := newRig(t, t.TempDir(), nil, fakeNetns{"uid-a": 4026532001, "uid-b": 4026532002})
-	r.b.useLeaser(ctl)
+	r.useLeaser(t, ctl)
 	k := newFakeKubelet(t)
 	r.useWatcher(k, nil)
 	pa := kubeletPod{"ns", "train-0", "uid-a", "main", []string{dev0}}
@@ -202,15 +202,15 @@ func TestItem5NamespaceHeldWhileServicesLive(t *testing.T) {
 	k := newFakeKubelet(t)
 	w := r.useWatcher(k, nil)
 	bindAB(t, r, k)
-	ha, _ := r.b.ns.Get("ns/a").(*fakeHandle)
-	if ha == nil || ha.closed.Load() || r.b.ns.Held("ns/a") != netAB["uid-a"] {
+	ha, _ := r.b.eng.Namespaces().Get("ns/a").(*fakeHandle)
+	if ha == nil || ha.closed.Load() || r.b.eng.Namespaces().Held("ns/a") != netAB["uid-a"] {
 		t.Fatalf("pod a's namespace is not held after its bind: %+v", ha)
 	}
 	// A container restart opens the namespace again and keeps one handle.
 	if err := r.b.PreStart(t.Context(), res, kpodA.ids); err != nil {
 		t.Fatal(err)
 	}
-	if r.b.ns.Held("ns/a") != netAB["uid-a"] {
+	if r.b.eng.Namespaces().Held("ns/a") != netAB["uid-a"] {
 		t.Fatal("pod a's namespace is not held after a container restart")
 	}
 
@@ -220,10 +220,10 @@ func TestItem5NamespaceHeldWhileServicesLive(t *testing.T) {
 	if r.has("ns/a") {
 		t.Fatal("pod a was not cleaned up")
 	}
-	if r.b.ns.Held("ns/a") != 0 || !ha.closed.Load() {
+	if r.b.eng.Namespaces().Held("ns/a") != 0 || !ha.closed.Load() {
 		t.Fatal("pod a's namespace is still held after its services were destroyed")
 	}
-	if r.b.ns.Held("ns/b") != netAB["uid-b"] {
+	if r.b.eng.Namespaces().Held("ns/b") != netAB["uid-b"] {
 		t.Fatal("pod b's namespace was let go with pod a's")
 	}
 }
@@ -242,8 +242,8 @@ func TestItem5NamespaceHeldAgainAfterRestart(t *testing.T) {
 	if _, err := r2.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if r2.b.ns.Held("ns/a") != netAB["uid-a"] || r2.b.ns.Held("ns/b") != netAB["uid-b"] {
-		t.Fatalf("after a restart: held a=%d b=%d", r2.b.ns.Held("ns/a"), r2.b.ns.Held("ns/b"))
+	if r2.b.eng.Namespaces().Held("ns/a") != netAB["uid-a"] || r2.b.eng.Namespaces().Held("ns/b") != netAB["uid-b"] {
+		t.Fatalf("after a restart: held a=%d b=%d", r2.b.eng.Namespaces().Held("ns/a"), r2.b.eng.Namespaces().Held("ns/b"))
 	}
 }
 
@@ -291,7 +291,7 @@ func TestOneControllerCallPerNodePerJob(t *testing.T) {
 	r := newRig(t, t.TempDir(), nil, nil)
 	r.b.netns = ns
 	ctl := &countingJobs{jobController: newJobController()}
-	r.b.useLeaser(ctl)
+	r.useLeaser(t, ctl)
 	k := newFakeKubelet(t)
 	r.useWatcher(k, nil)
 	for _, p := range []kubeletPod{

@@ -84,24 +84,17 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 	if h == nil {
 		return fmt.Errorf("hsn interface for %s: the pod's network namespace is not known (a fallback UID/GID member has none)", key)
 	}
-	entry, _ := b.store.Get(key)
+	entry, _ := b.eng.Get(key)
 	link := entry.HSN
-	if old := b.ns.Get(key); link != nil && old != nil && old.Inode() != h.Inode() {
-		// The sandbox was recreated: its old namespace, still held until
-		// this bind ends, must not carry the address beside the new one.
-		if err := b.linker.Detach(old, link.Name); err != nil {
-			b.logger.Warn("remove the hsn interface from a pod's old namespace", "pod", key, "err", err)
-		}
-	}
 	if link == nil {
 		var err error
 		if link, err = b.allocateHSN(ctx, entry, pod, hp, nics); err != nil {
 			return err
 		}
-		if _, err := b.update(key, func(p *checkpoint.Pod) { p.HSN = link }); err != nil {
+		if _, err := b.eng.Update(key, func(p *checkpoint.Holder) { p.HSN = link }); err != nil {
 			return err
 		}
-		if err := b.save(); err != nil {
+		if err := b.eng.Save(); err != nil {
 			return err
 		}
 	}
@@ -112,12 +105,26 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 	return nil
 }
 
+// leaveOldNamespace takes the pod's hsn interface out of the namespace
+// its services admit, held still, when h is another (the sandbox was made
+// again): the old one must not carry the address beside the new one.
+func (b *binder) leaveOldNamespace(key string, h nsHandle) {
+	entry, _ := b.eng.Get(key)
+	old := b.eng.Namespaces().Get(key)
+	if entry.HSN == nil || old == nil || old.Inode() == h.Inode() {
+		return
+	}
+	if err := b.linker.Detach(old, entry.HSN.Name); err != nil {
+		b.logger.Warn("remove the hsn interface from a pod's old namespace", "pod", key, "err", err)
+	}
+}
+
 // errAddressRefused marks a bind refused because the pod's hsn address
 // could not be allocated: its event says so (event.AddressRefused).
 var errAddressRefused = errors.New("hsn address refused")
 
 // allocateHSN chooses the pod's hsn netdev, interface name and address.
-func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Pod, pod *podwatch.Pod, hp hsnPolicy, nics []*nic) (*checkpoint.HSNLink, error) {
+func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Holder, pod *podwatch.Pod, hp hsnPolicy, nics []*nic) (*checkpoint.HSNLink, error) {
 	key := entry.Key()
 	var want netreq.Request
 	if entry.Network != "" {
@@ -184,7 +191,7 @@ func modeOf(s string) hsnlink.Mode {
 // so that the address is never handed out while an interface carries it.
 // It reports whether nothing of it is left.
 func (b *binder) dropHSN(key string, h nsHandle) bool {
-	entry, ok := b.store.Get(key)
+	entry, ok := b.eng.Get(key)
 	if !ok || b.addrs == nil {
 		return true
 	}
@@ -217,7 +224,7 @@ func (b *binder) dropHSN(key string, h nsHandle) bool {
 		}
 	}
 	if entry.HSN != nil {
-		if _, err := b.update(key, func(p *checkpoint.Pod) { p.HSN = nil }); err != nil {
+		if _, err := b.eng.Update(key, func(p *checkpoint.Holder) { p.HSN = nil }); err != nil {
 			b.logger.Error("drop a released hsn address from the record; will retry", "pod", key, "err", err)
 			return false
 		}
@@ -235,11 +242,11 @@ func (b *binder) reconcileHSN() {
 		return
 	}
 	recorded := map[string]bool{} // pod UIDs
-	for _, entry := range b.store.Pods() {
+	for _, entry := range b.eng.Holders(checkpoint.KindPod) {
 		if entry.UID != "" {
 			recorded[entry.UID] = true
 		}
-		h := b.ns.Get(entry.Key())
+		h := b.eng.Namespaces().Get(entry.ID())
 		if entry.HSN == nil || h == nil || entry.Exited != nil {
 			continue
 		}

@@ -99,7 +99,7 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	h := &hsnRig{rig: r, linker: newFakeLinker(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
-	r.b.useLeaser(networkLeaser{fakeLeaser: r.leaser, network: h.network})
+	r.useLeaser(t, networkLeaser{fakeLeaser: r.leaser, network: h.network})
 	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
 	r.b.addrs = h.addrs
 	r.b.linker = h.linker
@@ -159,7 +159,7 @@ func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
 	if spec.Parent != "hsn0" || spec.Mode != hsnlink.Macvlan || spec.Address.Bits() != 16 || !inHeld {
 		t.Fatalf("interface %+v, want a macvlan on hsn0 with a /16 address of the node's slices %v", spec, held)
 	}
-	entry, _ := h.b.store.Get("ns/a")
+	entry, _ := h.store.Get("ns/a")
 	if entry.HSN == nil || entry.HSN.Address != spec.Address || entry.HSN.Owner != "pod/uid-a/hsn0" {
 		t.Fatalf("record %+v, want the interface and its owner", entry.HSN)
 	}
@@ -228,7 +228,7 @@ func TestHSNNetworkRequest(t *testing.T) {
 					}
 				}
 				// Nothing is left of the failed bind.
-				if _, ok := h.b.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
+				if _, ok := h.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
 					t.Fatalf("a failed bind left a record, addresses %v, services or a lease %v", h.owners(), h.leaser.held)
 				}
 				return
@@ -279,7 +279,7 @@ func TestHSNAttachFailureLeavesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "parent hsn0 not found") {
 		t.Fatalf("PreStart = %v, want the attach error", err)
 	}
-	if _, ok := h.b.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
+	if _, ok := h.store.Get("ns/a"); ok || len(h.owners()) != 0 || len(h.services(t, "cxi0")) != 0 || len(h.leaser.held) != 0 {
 		t.Fatalf("a failed attach left a record, addresses %v, services or a lease %v", h.owners(), h.leaser.held)
 	}
 	// The next try, once the parent is there, succeeds.
@@ -321,7 +321,7 @@ func TestHSNReconcile(t *testing.T) {
 	}
 	// The live pod's interface went missing while the agent was down.
 	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
-	h.b.ns.CloseAll()
+	h.b.eng.Namespaces().CloseAll()
 
 	if _, err := h.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
 		t.Fatal(err)

@@ -139,7 +139,7 @@ func (w *world) start() {
 	// annotations, where its service options are.
 	w.r.b.netns = metaNetns{fakeNetns: w.ns, job: w.jobByUID, annotations: w.annotations}
 	w.r.b.logger = testLoggerDiscard()
-	w.r.b.useLeaser(w.ctl)
+	w.r.useLeaser(w.t, w.ctl)
 	w.devs = w.devs[:0]
 	for _, n := range []string{"cxi0", "cxi1"} {
 		for s := range 6 {
@@ -382,11 +382,11 @@ func (w *world) checkRefusedLeftNothing(m *podModel, inode uint32, before map[st
 			}
 		}
 	}
-	if rec, ok := w.r.b.store.Get(m.ns + "/" + m.name); ok {
+	if rec, ok := w.r.store.Get(m.ns + "/" + m.name); ok {
 		w.fail("refused pod %s/%s left its record %+v", m.ns, m.name, rec)
 	}
 	key := m.job.key()
-	if slices.ContainsFunc(w.r.b.store.Pods(), func(p checkpoint.Pod) bool { return p.LeaseKey == key }) {
+	if slices.ContainsFunc(w.r.store.Holders(checkpoint.KindPod), func(p checkpoint.Holder) bool { return p.LeaseKey == key }) {
 		return // another pod of the job holds the lease
 	}
 	if _, held := w.ctl.leaseOf(key); held {
@@ -432,7 +432,7 @@ func (w *world) check() {
 		w.fail("%s", w.unexpected)
 	}
 	recorded := map[string]map[uint32]string{} // NIC → service ID → pod key
-	for _, p := range w.r.b.store.Pods() {
+	for _, p := range w.r.store.Holders(checkpoint.KindPod) {
 		for _, s := range p.Services {
 			if recorded[s.NIC] == nil {
 				recorded[s.NIC] = map[uint32]string{}
@@ -458,7 +458,7 @@ func (w *world) check() {
 	}
 	// No live pod without its service, on each of its NICs.
 	for _, p := range w.live {
-		rec, ok := w.r.b.store.Get(p.ns + "/" + p.name)
+		rec, ok := w.r.store.Get(p.ns + "/" + p.name)
 		for _, nicName := range w.nicsOf(p.ids) {
 			if !ok || !slices.ContainsFunc(rec.Services, func(s checkpoint.Service) bool { return s.NIC == nicName }) {
 				w.fail("live pod %s/%s has no service on %s (record %+v)", p.ns, p.name, nicName, rec)
@@ -474,7 +474,7 @@ func (w *world) check() {
 	pollAndSweep(w.t, w.r, w.w)
 	w.k.mu.Lock()
 	defer w.k.mu.Unlock()
-	for _, p := range w.r.b.store.Pods() {
+	for _, p := range w.r.store.Holders(checkpoint.KindPod) {
 		_, active := w.k.active[p.UID]
 		_, alloc := w.k.alloc[p.UID]
 		if !active && !alloc && len(p.Services) > 0 {
@@ -549,12 +549,12 @@ func (w *world) checkOptions() {
 }
 
 // holders are the pods that record each service, by NIC and service ID.
-func (w *world) holders() map[string]map[uint32]checkpoint.Pod {
-	out := map[string]map[uint32]checkpoint.Pod{}
-	for _, p := range w.r.b.store.Pods() {
+func (w *world) holders() map[string]map[uint32]checkpoint.Holder {
+	out := map[string]map[uint32]checkpoint.Holder{}
+	for _, p := range w.r.store.Holders(checkpoint.KindPod) {
 		for _, s := range p.Services {
 			if out[s.NIC] == nil {
-				out[s.NIC] = map[uint32]checkpoint.Pod{}
+				out[s.NIC] = map[uint32]checkpoint.Holder{}
 			}
 			out[s.NIC][s.ID] = p
 		}

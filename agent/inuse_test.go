@@ -26,7 +26,7 @@ func TestInUseVNIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A lease recorded before its services exist (a bind under way).
-	if err := r.b.store.Put(checkpoint.Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1999, LeaseKey: "job/ns/b"}); err != nil {
+	if err := r.store.Put(checkpoint.Holder{Kind: checkpoint.KindPod, UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1999, LeaseKey: "job/ns/b"}); err != nil {
 		t.Fatal(err)
 	}
 	// A service the agent did not make.
@@ -47,7 +47,7 @@ func TestInUseVNIs(t *testing.T) {
 			}
 		}
 	}
-	got, err := r.b.inUseVNIs(ctx)
+	got, err := r.b.eng.InUseVNIs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestInUseVNIs(t *testing.T) {
 
 	// A NIC that cannot be listed makes no report rather than a partial one.
 	r.b.nics["cxi1"].drv = failingList{r.b.nics["cxi1"].drv}
-	if got, err := r.b.inUseVNIs(ctx); err == nil {
+	if got, err := r.b.eng.InUseVNIs(ctx); err == nil {
 		t.Fatalf("inUseVNIs with a failing NIC = %v, want an error", got)
 	}
 }

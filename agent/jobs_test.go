@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
@@ -96,7 +97,7 @@ func TestPreStartServiceOptions(t *testing.T) {
 			t.Errorf("env lacks %q:\n%s", want, env)
 		}
 	}
-	p, _ := r.b.store.Get("hpc/a")
+	p, _ := r.store.Get("hpc/a")
 	if p.Options == nil || p.Options.Depth != 8 || len(p.Options.ExtraVNIs) != 1 || !slices.Equal(p.Services[0].VNIs, []uint16{1024, 900}) {
 		t.Fatalf("record = %+v (options %+v), want the options and both VNIs", p, p.Options)
 	}
@@ -118,7 +119,7 @@ func TestPreStartServiceOptionsRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), jobreq.Annotation) {
 				t.Fatalf("PreStart = %v, want an error naming %s and %q", err, jobreq.Annotation, tt.want)
 			}
-			if len(r.services(t, "cxi0")) != 0 || len(r.b.store.Keys()) != 0 || len(r.leaser.held) != 0 {
+			if len(r.services(t, "cxi0")) != 0 || len(r.store.IDs(checkpoint.KindPod)) != 0 || len(r.leaser.held) != 0 {
 				t.Fatal("a refused request left a service, record or lease")
 			}
 		})
@@ -164,7 +165,7 @@ func TestPreStartTLEPools(t *testing.T) {
 		if !errors.Is(err, cxi.ErrNoRoom) {
 			t.Fatalf("fourth TLE pod: %v, want cxi.ErrNoRoom (refused before the driver)", err)
 		}
-		if _, ok := r.b.store.Get("hpc/" + id); ok || len(r.leaser.held) != 3 {
+		if _, ok := r.store.Get("hpc/" + id); ok || len(r.leaser.held) != 3 {
 			t.Fatalf("the refused pod left a record or lease: leases %v", r.leaser.held)
 		}
 	}

@@ -166,17 +166,13 @@ func controllerTLS(opts Options) (*tls.Config, error) {
 }
 
 // localVNIs are the pod-scoped VNIs from the node's own pool that the
-// recorded pods use; the client must not hand them out again.
+// recorded holders use and have not released; the client must not hand
+// them out again.
 func localVNIs(s *checkpoint.State) []uint16 {
 	var out []uint16
-	for _, p := range s.Pods {
-		if p.Local && p.VNI != 0 {
-			out = append(out, p.VNI)
-		}
-	}
-	for _, c := range s.Claims {
-		if c.Local && c.VNI != 0 && !c.Released {
-			out = append(out, c.VNI)
+	for _, id := range s.IDs() {
+		if h := s.Holders[id]; h.Local && h.VNI != 0 && !h.Released {
+			out = append(out, h.VNI)
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
@@ -233,7 +234,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		perNIC[name] = 0
 	}
 	running, cleaning := 0, 0
-	for _, p := range c.b.store.Pods() {
+	for _, p := range c.b.eng.Holders(checkpoint.KindPod) {
 		if p.Exited != nil {
 			cleaning++
 		} else {

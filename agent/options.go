@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
@@ -50,8 +52,12 @@ type Options struct {
 	// mounts under StateDir/netns (package agent/netns/pin), so that the
 	// holds outlive the agent. It needs CAP_SYS_ADMIN, and the state
 	// directory mounted Bidirectional to outlive the agent's container.
-	PinNetns   bool
-	Controller string
+	PinNetns bool
+	// CheckpointFormat is the format the checkpoint is written in:
+	// checkpoint.DefaultFormat (3, what release 0.2.0 reads, so that a
+	// rollback to it is safe) or checkpoint.Version (4).
+	CheckpointFormat int
+	Controller       string
 	// EmbeddedController opens the in-process controller of
 	// --controller=embedded; nil refuses that mode. The agent's main sets
 	// it in binaries built with the embedded_controller tag.
@@ -115,6 +121,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc mount `path`, where pods' network namespaces are found")
 	fs.StringVar(&o.CRISocket, "cri-socket", "", "the container runtime's CRI `socket`, asked first for a pod's network namespace (then /proc); empty: the first of /run/containerd/containerd.sock and /var/run/crio/crio.sock found in the agent's file system or under <proc-root>/1/root, the host's, whose runtime answers; \"none\": /proc only")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/slingshot-agent", "`directory` for the agent's checkpoint, per-container files, the embedded controller's database and the simulated driver; must be the same path on the host")
+	fs.IntVar(&o.CheckpointFormat, "checkpoint-format", checkpoint.DefaultFormat, fmt.Sprintf("the format the checkpoint is written in: %d, which release 0.2.0 reads (a rollback to it stays safe), or %d, which it refuses; this agent reads both, and writes the chosen one from its start", checkpoint.DefaultFormat, checkpoint.Version))
 	fs.BoolVar(&o.PinNetns, "pin-netns", false, "pin the network namespaces that pods' CXI services admit by bind mounts under <state-dir>/netns, so that no other pod's namespace can get their inodes while the agent is down or restarting (needs CAP_SYS_ADMIN, and the state directory mounted with Bidirectional propagation to outlive the agent's container; the Helm chart sets it with agent.privileged)")
 	// The default is the caller's: "embedded" where the binary has the
 	// embedded controller, none (required) where it has not.
@@ -177,6 +184,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CRISocket != "" && o.CRISocket != CRINone && !filepath.IsAbs(o.CRISocket) {
 		errs = append(errs, fmt.Errorf("--cri-socket %q: want an absolute path, empty or %q", o.CRISocket, CRINone))
+	}
+	if o.CheckpointFormat != checkpoint.DefaultFormat && o.CheckpointFormat != checkpoint.Version {
+		errs = append(errs, fmt.Errorf("--checkpoint-format %d: want %d or %d", o.CheckpointFormat, checkpoint.DefaultFormat, checkpoint.Version))
 	}
 	if o.CXIDriver != DriverUAPI && o.CXIDriver != DriverSim {
 		errs = append(errs, fmt.Errorf("--cxi-driver %q: want %q or %q", o.CXIDriver, DriverUAPI, DriverSim))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
@@ -20,7 +21,7 @@ import (
 func admitsOnlyCurrent(t *testing.T, r *rig, step string, cur fakeNetns) {
 	t.Helper()
 	owner := map[string]string{} // "nic/id" → pod UID
-	for _, p := range r.b.store.Pods() {
+	for _, p := range r.store.Holders(checkpoint.KindPod) {
 		for _, s := range p.Services {
 			owner[fmt.Sprintf("%s/%d", s.NIC, s.ID)] = p.UID
 		}
@@ -92,7 +93,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 			if tc.wiped {
 				for _, nic := range []string{"cxi0", "cxi1"} {
 					for _, svc := range r.services(t, nic) {
-						if err := r.b.fab.Destroy(t.Context(), nic, svc.ID); err != nil {
+						if err := fabricOf(r.b).Destroy(t.Context(), nic, svc.ID); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -116,7 +117,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 				if rec.Netns != 0 || len(rec.Services) != 1 {
 					t.Fatalf("pod %s recorded with netns %d and services %v, want unbound with one service", key, rec.Netns, rec.Services)
 				}
-				if r2.b.ns.Held(key) != 0 {
+				if r2.b.eng.Namespaces().Held(key) != 0 {
 					t.Fatalf("pod %s: a namespace is held for services that admit nobody", key)
 				}
 				if !slices.ContainsFunc(r2.events.Of(event.ServicesUnbound), func(e eventtest.Event) bool { return e.Obj.UID == uid }) {
@@ -124,8 +125,8 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 				}
 			}
 			for key, uid := range map[string]string{"ns/a": "uid-a", "ns/b": "uid-b"} {
-				if !slices.Contains(tc.unbound, uid) && r2.b.ns.Held(key) != tc.after[uid] {
-					t.Fatalf("pod %s: namespace %d held, want its verified one %d", key, r2.b.ns.Held(key), tc.after[uid])
+				if !slices.Contains(tc.unbound, uid) && r2.b.eng.Namespaces().Held(key) != tc.after[uid] {
+					t.Fatalf("pod %s: namespace %d held, want its verified one %d", key, r2.b.eng.Namespaces().Held(key), tc.after[uid])
 				}
 			}
 
@@ -144,7 +145,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 				}
 				rec := r2.record(t, key)
 				for _, s := range rec.Services {
-					svc, err := r2.b.fab.Get(t.Context(), s.NIC, s.ID)
+					svc, err := fabricOf(r2.b).Get(t.Context(), s.NIC, s.ID)
 					if err != nil || !engine.Admits(svc, ino) {
 						t.Fatalf("pod %s's service %d on %s after its container started: %+v %v, want bound to %d", key, s.ID, s.NIC, svc, err, ino)
 					}
@@ -171,16 +172,22 @@ func TestEngineCountsWhateverTheFrontEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	stuck := testutil.ToFloat64(r.b.metrics.stuckServices)
-	if err := r.b.fab.Destroy(t.Context(), "cxi0", id); err == nil {
+	if err := fabricOf(r.b).Destroy(t.Context(), "cxi0", id); err == nil {
 		t.Fatal("destroying a service in use succeeded")
 	}
 	if got := testutil.ToFloat64(r.b.metrics.stuckServices); got != stuck+1 {
 		t.Fatalf("stuck services %v after a destroy that stayed busy, want %v", got, stuck+1)
 	}
-	if _, err := r.b.fab.Create(t.Context(), "cxi0", cxi.ServiceSpec{TCs: cxi.DefaultTrafficClasses}); err == nil {
+	if _, err := fabricOf(r.b).Create(t.Context(), "cxi0", cxi.ServiceSpec{TCs: cxi.DefaultTrafficClasses}); err == nil {
 		t.Fatal("a service without a VNI was made")
 	}
 	if got := testutil.ToFloat64(r.b.metrics.serviceErrors.WithLabelValues("cxi0", "create")); got != 1 {
 		t.Fatalf("create errors on cxi0 = %v, want 1", got)
 	}
+}
+
+// fabricOf is a Fabric over b's NICs counting into b's metrics, as the
+// engine's: for a test to drive the driver as the engine does.
+func fabricOf(b *binder) *engine.Fabric {
+	return engine.NewFabric(nicSet{b}, b.metrics.engine(), nil, nil)
 }

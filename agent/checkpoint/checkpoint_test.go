@@ -16,13 +16,13 @@ import (
 func sample() *State {
 	s := New("node-1")
 	exited := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	s.Pods["ns/a-0"] = &Pod{
+	s.Holders["ns/a-0"] = &Holder{Kind: KindPod,
 		UID: "uid-a", Namespace: "ns", Name: "a-0", VNI: 1024, Scope: "job", Netns: 4026532000,
-		Services:  []Service{{NIC: "cxi0", ID: 2, VNIs: []uint16{1024}}, {NIC: "cxi1", ID: 2, VNIs: []uint16{1024}}},
+		Services:  []Service{{NIC: "cxi0", ID: 2, VNIs: []uint16{1024}, Netns: 4026532000}, {NIC: "cxi1", ID: 2, VNIs: []uint16{1024}, Netns: 4026532000}},
 		DeviceIDs: map[string][]string{"main": {"0000:21:00.0", "0000:41:00.0"}},
 		Created:   time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC),
 	}
-	s.Pods["ns/b"] = &Pod{UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1025, Scope: "pod", Exited: &exited,
+	s.Holders["ns/b"] = &Holder{Kind: KindPod, UID: "uid-b", Namespace: "ns", Name: "b", VNI: 1025, Scope: "pod", Exited: &exited,
 		DeviceIDs: map[string][]string{}}
 	return s
 }
@@ -30,7 +30,7 @@ func sample() *State {
 func TestSaveLoadRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "checkpoint.json")
 	want := sample()
-	if err := Save(path, want); err != nil {
+	if err := Save(path, want, DefaultFormat); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Load(path, "node-1")
@@ -40,20 +40,20 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, want)
 	}
-	if uids := got.PodKeys(); !reflect.DeepEqual(uids, []string{"ns/a-0", "ns/b"}) {
+	if uids := got.IDs(); !reflect.DeepEqual(uids, []string{"ns/a-0", "ns/b"}) {
 		t.Fatalf("PodUIDs = %v", uids)
 	}
 }
 
 func TestLoadMissingIsEmpty(t *testing.T) {
 	s, err := Load(filepath.Join(t.TempDir(), "none.json"), "n")
-	if err != nil || s.Node != "n" || len(s.Pods) != 0 {
+	if err != nil || s.Node != "n" || len(s.Holders) != 0 {
 		t.Fatalf("Load missing = %+v, %v", s, err)
 	}
 }
 
 func TestLoadRejectsDamage(t *testing.T) {
-	good, err := Marshal(sample())
+	good, err := Marshal(sample(), DefaultFormat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestLoadRejectsDamage(t *testing.T) {
 	}{
 		{"truncated", string(good[:len(good)/2]), ErrCorrupt},
 		{"flipped byte", strings.Replace(string(good), "1024", "1023", 1), ErrCorrupt},
-		{"future version", strings.Replace(string(good), fmt.Sprintf(`"version":%d`, Version), `"version":9`, 1), ErrVersion},
+		{"future version", strings.Replace(string(good), fmt.Sprintf(`"version":%d`, DefaultFormat), `"version":9`, 1), ErrVersion},
 		{"not json", "hello", ErrCorrupt},
 	}
 	for _, tt := range tests {
@@ -87,16 +87,16 @@ func TestLoadRejectsDamage(t *testing.T) {
 func TestCloneIsDeep(t *testing.T) {
 	s := sample()
 	c := s.Clone()
-	c.Pods["ns/a-0"].Services[0].VNIs[0] = 9
-	c.Pods["ns/a-0"].DeviceIDs["main"][0] = "x"
-	*c.Pods["ns/b"].Exited = time.Time{}
-	if s.Pods["ns/a-0"].Services[0].VNIs[0] != 1024 || s.Pods["ns/a-0"].DeviceIDs["main"][0] != "0000:21:00.0" || s.Pods["ns/b"].Exited.IsZero() {
+	c.Holders["ns/a-0"].Services[0].VNIs[0] = 9
+	c.Holders["ns/a-0"].DeviceIDs["main"][0] = "x"
+	*c.Holders["ns/b"].Exited = time.Time{}
+	if s.Holders["ns/a-0"].Services[0].VNIs[0] != 1024 || s.Holders["ns/a-0"].DeviceIDs["main"][0] != "0000:21:00.0" || s.Holders["ns/b"].Exited.IsZero() {
 		t.Fatal("Clone shares memory with the original")
 	}
 }
 
 func FuzzUnmarshal(f *testing.F) {
-	good, _ := Marshal(sample())
+	good, _ := Marshal(sample(), DefaultFormat)
 	f.Add(good)
 	f.Add([]byte(`{"version":1,"checksum":"","data":null}`))
 	f.Add([]byte(`{}`))
@@ -105,8 +105,9 @@ func FuzzUnmarshal(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever decodes must encode and decode to the same state.
-		again, err := Marshal(s)
+		// Whatever decodes must encode and decode to the same state in
+		// the newest format, which keeps everything.
+		again, err := Marshal(s, Version)
 		if err != nil {
 			t.Fatalf("Marshal of a decoded state: %v", err)
 		}
@@ -121,12 +122,12 @@ func BenchmarkSave100Pods(b *testing.B) {
 	s := New("n")
 	for i := range 100 {
 		name := "pod-" + string(rune('a'+i%26)) + strings.Repeat("x", i)
-		s.Pods["ns/"+name] = &Pod{UID: name, Namespace: "ns", Name: name, VNI: uint16(1024 + i), Scope: "job",
+		s.Holders["ns/"+name] = &Holder{Kind: KindPod, UID: name, Namespace: "ns", Name: name, VNI: uint16(1024 + i), Scope: "job",
 			Services: []Service{{NIC: "cxi0", ID: uint32(i + 2), VNIs: []uint16{uint16(1024 + i)}}}}
 	}
 	path := filepath.Join(b.TempDir(), "c.json")
 	for b.Loop() {
-		if err := Save(path, s); err != nil {
+		if err := Save(path, s, DefaultFormat); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -135,20 +136,20 @@ func BenchmarkSave100Pods(b *testing.B) {
 // A claim's service is a service of one record, pod or claim, whichever
 // front end made it; a version 1 file (pods only) still loads.
 func TestClaimsShareTheRules(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1")
+	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := Pod{Namespace: "ns", Name: "a", VNI: 1024, Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{1024}}}, DeviceIDs: map[string][]string{}}
+	pod := Holder{Kind: KindPod, Namespace: "ns", Name: "a", VNI: 1024, Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{1024}}}, DeviceIDs: map[string][]string{}}
 	if err := st.Put(pod); err != nil {
 		t.Fatal(err)
 	}
-	c := &Claim{UID: "u1", Namespace: "ns", Name: "c1", VNI: 2000, Services: []ClaimService{{NIC: "cxi0", ID: 5}}}
-	if err := st.PutClaim(c); !errors.Is(err, ErrInvariant) {
+	c := Holder{Kind: KindClaim, UID: "u1", Namespace: "ns", Name: "c1", VNI: 2000, Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{2000}}}}
+	if err := st.Put(c); !errors.Is(err, ErrInvariant) {
 		t.Fatalf("claim naming a pod's service: %v, want ErrInvariant", err)
 	}
 	c.Services[0].ID = 6
-	if err := st.PutClaim(c); err != nil {
+	if err := st.Put(c); err != nil {
 		t.Fatal(err)
 	}
 	pod.Name, pod.Services[0].ID = "b", 6
@@ -158,11 +159,11 @@ func TestClaimsShareTheRules(t *testing.T) {
 	if err := st.Save(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(st.Path(), "n1")
+	again, err := Open(st.Path(), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := again.Claim("u1"); !ok || got.Services[0].ID != 6 || got.VNI != 2000 {
+	if got, ok := again.Get(ClaimID("u1")); !ok || got.Services[0].ID != 6 || got.VNI != 2000 {
 		t.Fatalf("claim after a reload: %+v %v", got, ok)
 	}
 
@@ -173,7 +174,7 @@ func TestClaimsShareTheRules(t *testing.T) {
 	if err := os.WriteFile(path, fmt.Appendf(nil, v1, hex.EncodeToString(sum[:]), data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(path, "n1"); err != nil {
+	if _, err := Open(path, "n1", 0); err != nil {
 		t.Fatalf("a version 1 checkpoint: %v", err)
 	}
 }
@@ -181,7 +182,7 @@ func TestClaimsShareTheRules(t *testing.T) {
 // Concurrent saves share writes; every change a save returned for is on
 // disk, none lost to a write that carried an older snapshot.
 func TestConcurrentSavesLoseNothing(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1")
+	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestConcurrentSavesLoseNothing(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			p := Pod{Namespace: "ns", Name: fmt.Sprintf("p%d", i), DeviceIDs: map[string][]string{}}
+			p := Holder{Kind: KindPod, Namespace: "ns", Name: fmt.Sprintf("p%d", i), DeviceIDs: map[string][]string{}}
 			if err := st.Put(p); err != nil {
 				errs <- err
 				return
@@ -202,11 +203,11 @@ func TestConcurrentSavesLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again, err := Open(st.Path(), "n1")
+	again, err := Open(st.Path(), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(again.Keys()); got != n {
+	if got := len(again.IDs(KindPod)); got != n {
 		t.Fatalf("%d pods on disk, want %d", got, n)
 	}
 }
@@ -215,15 +216,15 @@ func TestConcurrentSavesLoseNothing(t *testing.T) {
 // still names it (a destroyed service whose record was not yet updated),
 // pod or claim, so that the new service can be recorded.
 func TestForgetReused(t *testing.T) {
-	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1")
+	st, err := Open(filepath.Join(t.TempDir(), "c.json"), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := Pod{Namespace: "ns", Name: "old", Services: []Service{{NIC: "cxi0", ID: 5}, {NIC: "cxi1", ID: 5}}, DeviceIDs: map[string][]string{}}
+	old := Holder{Kind: KindPod, Namespace: "ns", Name: "old", Services: []Service{{NIC: "cxi0", ID: 5}, {NIC: "cxi1", ID: 5}}, DeviceIDs: map[string][]string{}}
 	if err := st.Put(old); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutClaim(&Claim{UID: "u", Namespace: "ns", Name: "c", Services: []ClaimService{{NIC: "cxi0", ID: 6}}}); err != nil {
+	if err := st.Put(Holder{Kind: KindClaim, UID: "u", Namespace: "ns", Name: "c", Services: []Service{{NIC: "cxi0", ID: 6}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := st.ForgetReused("cxi0", 5); len(got) != 1 || got[0] != "ns/old" {
@@ -236,7 +237,7 @@ func TestForgetReused(t *testing.T) {
 	if len(p.Services) != 1 || p.Services[0].NIC != "cxi1" {
 		t.Fatalf("ns/old keeps %v, want cxi1's service only", p.Services)
 	}
-	if err := st.Put(Pod{Namespace: "ns", Name: "new", Services: []Service{{NIC: "cxi0", ID: 5}}, DeviceIDs: map[string][]string{}}); err != nil {
+	if err := st.Put(Holder{Kind: KindPod, Namespace: "ns", Name: "new", Services: []Service{{NIC: "cxi0", ID: 5}}, DeviceIDs: map[string][]string{}}); err != nil {
 		t.Fatalf("recording the reused ID: %v", err)
 	}
 }

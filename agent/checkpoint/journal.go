@@ -49,7 +49,7 @@ func readJournal(path string) (*State, uint64, int64, error) {
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("%s: %w", path, err)
 		}
-		if env.Version != Version || env.Seq <= seq {
+		if env.Version < journalFormat || env.Seq <= seq {
 			return nil, 0, 0, fmt.Errorf("%s: %w: entry %d (version %d) after entry %d", path, ErrCorrupt, env.Seq, env.Version, seq)
 		}
 		newest, seq = s, env.Seq
@@ -61,8 +61,10 @@ func readJournal(path string) (*State, uint64, int64, error) {
 // snapshot. Its owner serialises the calls (writer.mu).
 type journal struct {
 	path string // the snapshot's; the journal is path + journalSuffix
-	seq  uint64 // of the newest entry written
-	size int64  // of the journal's finished lines
+	// format is the version written.
+	format int
+	seq    uint64 // of the newest entry written
+	size   int64  // of the journal's finished lines
 	// fold is set when the journal must be folded before the next entry:
 	// an append failed part-way, or the journal is long enough.
 	fold bool
@@ -72,8 +74,11 @@ type journal struct {
 // snapshot, so that a run starts with an empty journal and the snapshot
 // is written in this version (an older agent then refuses it rather than
 // miss the journal).
-func openJournal(path string, st *State, seq uint64) (*journal, error) {
-	j := &journal{path: path, seq: seq}
+func openJournal(path string, st *State, format int, seq uint64) (*journal, error) {
+	if format < journalFormat || format > Version {
+		return nil, fmt.Errorf("%w: this agent writes versions %d to %d, not %d", ErrVersion, journalFormat, Version, format)
+	}
+	j := &journal{path: path, format: format, seq: seq}
 	if err := j.compact(st); err != nil {
 		return nil, err
 	}
@@ -87,7 +92,7 @@ func (j *journal) write(st *State) error {
 	if j.fold || j.size >= compactAfter {
 		return j.compact(st)
 	}
-	line, err := marshalSeq(st, j.seq+1)
+	line, err := marshalSeq(st, j.format, j.seq+1)
 	if err != nil {
 		return err
 	}
@@ -116,7 +121,7 @@ func (j *journal) write(st *State) error {
 // between the two leaves journal entries older than the snapshot, which
 // Load skips by their sequence numbers.
 func (j *journal) compact(st *State) error {
-	b, err := marshalSeq(st, j.seq+1)
+	b, err := marshalSeq(st, j.format, j.seq+1)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 func openStore(t *testing.T) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "checkpoint.json")
-	st, err := Open(path, "n1")
+	st, err := Open(path, "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func openStore(t *testing.T) (*Store, string) {
 
 func putPod(t *testing.T, st *Store, name string) {
 	t.Helper()
-	if err := st.Put(Pod{Namespace: "ns", Name: name, DeviceIDs: map[string][]string{}}); err != nil {
+	if err := st.Put(Holder{Kind: KindPod, Namespace: "ns", Name: name, DeviceIDs: map[string][]string{}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Save(); err != nil {
@@ -41,7 +41,7 @@ func keysAt(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.PodKeys()
+	return s.IDs()
 }
 
 // A save appends to the journal and leaves the snapshot alone; a restart
@@ -65,7 +65,7 @@ func TestSavesGoToTheJournal(t *testing.T) {
 		t.Fatalf("Load = %v", got)
 	}
 	// A restart folds the journal into the snapshot.
-	if _, err := Open(path, "n1"); err != nil {
+	if _, err := Open(path, "n1", 0); err != nil {
 		t.Fatal(err)
 	}
 	if j := readFile(t, path+journalSuffix); j != "" {
@@ -107,7 +107,7 @@ func TestTornJournalTailIsDropped(t *testing.T) {
 	if got := keysAt(t, path); !reflect.DeepEqual(got, []string{"ns/a"}) {
 		t.Fatalf("Load with a torn tail = %v, want [ns/a]", got)
 	}
-	again, err := Open(path, "n1")
+	again, err := Open(path, "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestDamagedJournalEntryIsCorrupt(t *testing.T) {
 			return j + string(old) + "\n"
 		}, ErrCorrupt},
 		{"future version", func(j string) string {
-			return strings.Replace(j, fmt.Sprintf(`"version":%d`, Version), `"version":99`, 1)
+			return strings.Replace(j, fmt.Sprintf(`"version":%d`, DefaultFormat), `"version":99`, 1)
 		}, ErrVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,7 +150,7 @@ func TestDamagedJournalEntryIsCorrupt(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Load = %v, want %v", err, tc.want)
 			}
-			if _, err := Open(path, "n1"); !errors.Is(err, tc.want) {
+			if _, err := Open(path, "n1", 0); !errors.Is(err, tc.want) {
 				t.Fatalf("Open = %v, want %v", err, tc.want)
 			}
 		})
@@ -164,7 +164,7 @@ func TestJournalIsFolded(t *testing.T) {
 	big := strings.Repeat("x", 4<<10)
 	n := 0
 	for folded := false; !folded; n++ {
-		if err := st.Put(Pod{Namespace: "ns", Name: fmt.Sprintf("p%03d", n), Network: big, DeviceIDs: map[string][]string{}}); err != nil {
+		if err := st.Put(Holder{Kind: KindPod, Namespace: "ns", Name: fmt.Sprintf("p%03d", n), Network: big, DeviceIDs: map[string][]string{}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.Save(); err != nil {
@@ -205,11 +205,11 @@ func TestSnapshotNewerThanJournalWins(t *testing.T) {
 }
 
 // An agent of version 2 left a snapshot alone: it is read, and written
-// anew in this version at once, so that the older agent, if it comes
-// back, refuses it rather than miss the journal.
+// anew in version 3 at once, so that the older agent, if it comes back,
+// refuses it rather than miss the journal.
 func TestVersion2SnapshotIsUpgraded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "checkpoint.json")
-	data, err := json.Marshal(sample())
+	data, err := encodeData(sample(), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,15 +220,15 @@ func TestVersion2SnapshotIsUpgraded(t *testing.T) {
 	if err := os.WriteFile(path, v2, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(path, "node-1"); err != nil {
+	if _, err := Open(path, "node-1", 0); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := Load(path, "node-1"); err != nil || !reflect.DeepEqual(got, sample()) {
 		t.Fatalf("state read from version 2 = %+v, %v", got, err)
 	}
 	var env envelope
-	if err := json.Unmarshal([]byte(readFile(t, path)), &env); err != nil || env.Version != Version || env.Seq == 0 {
-		t.Fatalf("snapshot after Open: version %d seq %d (%v), want version %d with a sequence number", env.Version, env.Seq, err, Version)
+	if err := json.Unmarshal([]byte(readFile(t, path)), &env); err != nil || env.Version != DefaultFormat || env.Seq == 0 {
+		t.Fatalf("snapshot after Open: version %d seq %d (%v), want version %d with a sequence number", env.Version, env.Seq, err, DefaultFormat)
 	}
 }
 
@@ -243,7 +243,7 @@ func TestFailedAppendFailsTheSave(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(path+journalSuffix, "in-the-way"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Put(Pod{Namespace: "ns", Name: "b", DeviceIDs: map[string][]string{}}); err != nil {
+	if err := st.Put(Holder{Kind: KindPod, Namespace: "ns", Name: "b", DeviceIDs: map[string][]string{}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Save(); err == nil {
@@ -261,7 +261,7 @@ func TestFailedAppendFailsTheSave(t *testing.T) {
 }
 
 func FuzzReadJournal(f *testing.F) {
-	line, _ := marshalSeq(sample(), 7)
+	line, _ := marshalSeq(sample(), Version, 7)
 	f.Add(append(line, '\n'))
 	f.Add(append(append(line, '\n'), line[:20]...))
 	f.Add([]byte("\n\n"))

@@ -66,44 +66,45 @@ func (o *ServiceOptions) names(v uint16) bool {
 	return o != nil && slices.ContainsFunc(o.ExtraVNIs, func(n NamedVNI) bool { return n.VNI == v })
 }
 
-// checkPodVNIs checks the rule "no VNI held by two jobs" over every VNI
-// a pod's services carry: each is the pod's own (leased) VNI or one it
-// joined by name. Named VNIs are shared by design and exempt, but never a
-// holder's own VNI (see checkHolderVNIs).
-func checkPodVNIs(st *State, key string, p *Pod) error {
-	for _, svc := range p.Services {
+// checkVNIs checks the rule "no VNI held by two jobs" over every VNI a
+// holder's services carry: each is the holder's own (leased) VNI or one
+// it joined by name. Named VNIs are shared by design and exempt, but never
+// a holder's own VNI (see checkNamedVNIs).
+func checkVNIs(st *State, h *Holder) error {
+	for _, svc := range h.Services {
+		if h.VNI != 0 && !slices.Contains(svc.VNIs, h.VNI) {
+			return fmt.Errorf("%w: %s: service %d on %s lacks its VNI %d", ErrInvariant, h, svc.ID, svc.NIC, h.VNI)
+		}
 		for _, v := range svc.VNIs {
-			if v != p.VNI && !p.Options.names(v) {
-				return fmt.Errorf("%w: pod %s: service %d on %s carries VNI %d, neither the pod's VNI %d nor one it joined by name", ErrInvariant, key, svc.ID, svc.NIC, v, p.VNI)
+			if v != h.VNI && !h.Options.names(v) {
+				return fmt.Errorf("%w: %s: service %d on %s carries VNI %d, neither its VNI %d nor one it joined by name", ErrInvariant, h, svc.ID, svc.NIC, v, h.VNI)
 			}
 		}
 	}
-	return checkHolderVNIs(st, p.VNI, p.Options, "pod "+key)
+	return checkNamedVNIs(st, h)
 }
 
-// checkHolderVNIs checks that the holder who, with own VNI vni and
-// options o, shares no VNI with another job through a name: its own VNI
-// is nobody's named VNI, and none of its named VNIs is anybody's own.
-// A holder is compared with itself too: its own VNI is none of its names.
-func checkHolderVNIs(st *State, vni uint16, o *ServiceOptions, who string) error {
-	clash := func(other string, ownVNI uint16, oo *ServiceOptions) error {
-		if vni != 0 && oo.names(vni) {
-			return fmt.Errorf("%w: %s's own VNI %d is a named VNI %s joins", ErrInvariant, who, vni, other)
+// checkNamedVNIs checks that h shares no VNI with another job through a
+// name: its own VNI is nobody's named VNI, and none of its named VNIs is
+// anybody's own. A holder is compared with itself too: its own VNI is
+// none of its names.
+func checkNamedVNIs(st *State, h *Holder) error {
+	clash := func(o *Holder) error {
+		if h.VNI != 0 && o.Options.names(h.VNI) {
+			return fmt.Errorf("%w: %s's own VNI %d is a named VNI %s joins", ErrInvariant, h, h.VNI, o)
 		}
-		if ownVNI != 0 && o.names(ownVNI) {
-			return fmt.Errorf("%w: %s joins by name VNI %d, the own VNI of %s", ErrInvariant, who, ownVNI, other)
+		if o.VNI != 0 && h.Options.names(o.VNI) {
+			return fmt.Errorf("%w: %s joins by name VNI %d, the own VNI of %s", ErrInvariant, h, o.VNI, o)
 		}
 		return nil
 	}
-	for key, p := range st.Pods {
-		if err := clash("pod "+key, p.VNI, p.Options); err != nil {
+	for id, o := range st.Holders {
+		if id == h.ID() {
+			continue
+		}
+		if err := clash(o); err != nil {
 			return err
 		}
 	}
-	for _, c := range st.Claims {
-		if err := clash("claim "+c.Key(), c.VNI, c.Options); err != nil {
-			return err
-		}
-	}
-	return clash(who, vni, o)
+	return clash(h)
 }

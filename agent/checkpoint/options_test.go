@@ -18,46 +18,40 @@ func storage(vni uint16) *ServiceOptions {
 func TestNamedVNIRules(t *testing.T) {
 	tests := []struct {
 		name    string
-		before  []Pod
-		claims  []*Claim
-		put     Pod
+		before  []Holder
+		put     Holder
 		wantErr string
 	}{
 		{name: "two jobs share the named VNI",
-			before: []Pod{{Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900), Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{2000, 900}}}}},
-			put:    Pod{Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900), Services: []Service{{NIC: "cxi0", ID: 6, VNIs: []uint16{2001, 900}}}}},
+			before: []Holder{{Kind: KindPod, Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900), Services: []Service{{NIC: "cxi0", ID: 5, VNIs: []uint16{2000, 900}}}}},
+			put:    Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900), Services: []Service{{NIC: "cxi0", ID: 6, VNIs: []uint16{2001, 900}}}}},
 		{name: "a VNI neither own nor named",
-			put:     Pod{Namespace: "ns", Name: "b", VNI: 2001, Services: []Service{{NIC: "cxi0", ID: 6, VNIs: []uint16{2001, 900}}}},
-			wantErr: "carries VNI 900, neither the pod's VNI 2001 nor one it joined by name"},
+			put:     Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 2001, Services: []Service{{NIC: "cxi0", ID: 6, VNIs: []uint16{2001, 900}}}},
+			wantErr: "carries VNI 900, neither its VNI 2001 nor one it joined by name"},
 		{name: "own VNI is another's named VNI",
-			before:  []Pod{{Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900)}},
-			put:     Pod{Namespace: "ns", Name: "b", VNI: 900},
+			before:  []Holder{{Kind: KindPod, Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900)}},
+			put:     Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 900},
 			wantErr: "pod ns/b's own VNI 900 is a named VNI pod ns/a joins"},
 		{name: "named VNI is another's own",
-			before:  []Pod{{Namespace: "ns", Name: "a", VNI: 900}},
-			put:     Pod{Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900)},
+			before:  []Holder{{Kind: KindPod, Namespace: "ns", Name: "a", VNI: 900}},
+			put:     Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900)},
 			wantErr: "pod ns/b joins by name VNI 900, the own VNI of pod ns/a"},
 		{name: "own VNI is its own named VNI",
-			put:     Pod{Namespace: "ns", Name: "b", VNI: 900, Options: storage(900)},
+			put:     Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 900, Options: storage(900)},
 			wantErr: "own VNI 900 is a named VNI"},
 		{name: "a claim's own VNI",
-			claims:  []*Claim{{UID: "c1", Namespace: "ns", Name: "c", VNI: 900}},
-			put:     Pod{Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900)},
+			before:  []Holder{{Kind: KindClaim, UID: "c1", Namespace: "ns", Name: "c", VNI: 900}},
+			put:     Holder{Kind: KindPod, Namespace: "ns", Name: "b", VNI: 2001, Options: storage(900)},
 			wantErr: "the own VNI of claim ns/c"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Open(filepath.Join(t.TempDir(), "cp.json"), "n1")
+			s, err := Open(filepath.Join(t.TempDir(), "cp.json"), "n1", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range tt.before {
 				if err := s.Put(p); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, c := range tt.claims {
-				if err := s.PutClaim(c); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -78,14 +72,14 @@ func TestNamedVNIRules(t *testing.T) {
 // TestClaimNamedVNIRule: a claim whose own VNI is a pod's named VNI is
 // refused too.
 func TestClaimNamedVNIRule(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "cp.json"), "n1")
+	s, err := Open(filepath.Join(t.TempDir(), "cp.json"), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(Pod{Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900)}); err != nil {
+	if err := s.Put(Holder{Kind: KindPod, Namespace: "ns", Name: "a", VNI: 2000, Options: storage(900)}); err != nil {
 		t.Fatal(err)
 	}
-	err = s.PutClaim(&Claim{UID: "c1", Namespace: "ns", Name: "c", VNI: 900})
+	err = s.Put(Holder{Kind: KindClaim, UID: "c1", Namespace: "ns", Name: "c", VNI: 900})
 	if !errors.Is(err, ErrInvariant) || !strings.Contains(err.Error(), "claim ns/c's own VNI 900 is a named VNI pod ns/a joins") {
 		t.Fatalf("PutClaim = %v", err)
 	}

@@ -18,9 +18,10 @@ var ErrInvariant = errors.New("checkpoint invariant")
 // with [Store.Save].
 //
 // The rules, checked on every change:
-//   - a record's key is its pod's "namespace/name", a claim's its UID;
+//   - a record's key is its [Holder.ID];
 //   - a CXI service (NIC and ID) belongs to one record, pod or claim;
-//   - a service carries its pod's VNI;
+//   - a service carries its holder's VNI, and no VNI but it and those the
+//     holder joined by name; no holder's own VNI is another's named one;
 //   - records naming one lease agree on its VNI;
 //   - a VNI from the node's own pool (Local) belongs to one record.
 //
@@ -56,23 +57,24 @@ type writer struct {
 // is an error wrapping [ErrCorrupt]: it was not written by this package.
 //
 // It folds the journal the last run left into a fresh snapshot, so it
-// needs path's directory writable.
-func Open(path, node string) (*Store, error) {
+// needs path's directory writable. The store writes format version format
+// from then on: [DefaultFormat] (what the last release reads, so that a
+// rollback is safe) where format is 0, or [Version] once the operator
+// gave up rolling back to a release that cannot read it.
+func Open(path, node string, format int) (*Store, error) {
 	st, seq, _, err := load(path, node)
 	if err != nil {
 		return nil, err
 	}
-	for _, key := range st.PodKeys() {
-		if err := checkPod(st, key, st.Pods[key]); err != nil {
+	for _, id := range st.IDs() {
+		if err := check(st, id, st.Holders[id]); err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
 		}
 	}
-	for _, c := range st.Claims {
-		if err := checkClaim(st, c); err != nil {
-			return nil, fmt.Errorf("%s: %w: %w", path, ErrCorrupt, err)
-		}
+	if format == 0 {
+		format = DefaultFormat
 	}
-	j, err := openJournal(path, st, seq)
+	j, err := openJournal(path, st, format, seq)
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
@@ -82,31 +84,46 @@ func Open(path, node string) (*Store, error) {
 // Path is the checkpoint file's path.
 func (s *Store) Path() string { return s.path }
 
-// Get returns a copy of the record of key.
-func (s *Store) Get(key string) (Pod, bool) {
+// Get returns a copy of the record of holder id.
+func (s *Store) Get(id string) (Holder, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.state.Pods[key]
-	if p == nil {
-		return Pod{}, false
+	h := s.state.Holders[id]
+	if h == nil {
+		return Holder{}, false
 	}
-	return p.Clone(), true
+	return h.Clone(), true
 }
 
-// Keys returns the recorded pods' keys in sorted order.
-func (s *Store) Keys() []string {
+// IDs returns the holders' IDs of kind in sorted order.
+func (s *Store) IDs(kind Kind) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.state.PodKeys()
+	var out []string
+	for _, h := range s.state.Of(kind) {
+		out = append(out, h.ID())
+	}
+	return out
 }
 
-// Pods returns copies of every record, ordered by key.
-func (s *Store) Pods() []Pod {
+// Holders returns copies of the records of kind, ordered by ID.
+func (s *Store) Holders(kind Kind) []Holder {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Pod, 0, len(s.state.Pods))
-	for _, key := range s.state.PodKeys() {
-		out = append(out, s.state.Pods[key].Clone())
+	var out []Holder
+	for _, h := range s.state.Of(kind) {
+		out = append(out, h.Clone())
+	}
+	return out
+}
+
+// All returns copies of every record, ordered by ID.
+func (s *Store) All() []Holder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Holder, 0, len(s.state.Holders))
+	for _, id := range s.state.IDs() {
+		out = append(out, s.state.Holders[id].Clone())
 	}
 	return out
 }
@@ -118,73 +135,65 @@ func (s *Store) Snapshot() *State {
 	return s.state.Clone()
 }
 
-// Put records p under its key, replacing any record there.
-func (s *Store) Put(p Pod) error {
-	c := p.Clone()
-	key := c.Key()
+// Put records h under its ID, replacing any record there.
+func (s *Store) Put(h Holder) error {
+	c := h.Clone()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := checkPod(s.state, key, &c); err != nil {
+	if err := check(s.state, c.ID(), &c); err != nil {
 		return err
 	}
-	s.state.Pods[key] = &c
+	s.state.Holders[c.ID()] = &c
 	return nil
 }
 
-// Update applies change to a copy of key's record and stores the result.
-// It returns the new record, false when key has no record, or an error
+// Update applies change to a copy of id's record and stores the result.
+// It returns the new record, false when id has no record, or an error
 // wrapping [ErrInvariant] (the record is then unchanged).
-func (s *Store) Update(key string, change func(*Pod)) (Pod, bool, error) {
+func (s *Store) Update(id string, change func(*Holder)) (Holder, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.state.Pods[key]
+	cur := s.state.Holders[id]
 	if cur == nil {
-		return Pod{}, false, nil
+		return Holder{}, false, nil
 	}
 	c := cur.Clone()
 	change(&c)
-	if err := checkPod(s.state, key, &c); err != nil {
+	if err := check(s.state, id, &c); err != nil {
 		return cur.Clone(), true, err
 	}
-	s.state.Pods[key] = &c
+	s.state.Holders[id] = &c
 	return c.Clone(), true, nil
 }
 
-// ForgetReused drops the service id on nic from every record, pod or
-// claim, and returns the records it was in. The caller has just been
-// handed id by the driver for a new service: the driver gives out only IDs
-// no live service has, so a record naming it names a service already
-// destroyed whose record was not yet updated (a cleanup between its
-// destroy and its record change) or one a driver reload lost. Recording
-// the new service must not fail for that stale name.
+// ForgetReused drops the service id on nic from every record and returns
+// the IDs of the records it was in. The caller has just been handed id by
+// the driver for a new service: the driver gives out only IDs no live
+// service has, so a record naming it names a service already destroyed
+// whose record was not yet updated (a cleanup between its destroy and its
+// record change) or one a driver reload lost. Recording the new service
+// must not fail for that stale name.
 func (s *Store) ForgetReused(nic string, id uint32) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	same := func(n string, i uint32) bool { return n == nic && i == id }
-	for key, p := range s.state.Pods {
-		if slices.ContainsFunc(p.Services, func(x Service) bool { return same(x.NIC, x.ID) }) {
-			c := p.Clone()
-			c.Services = slices.DeleteFunc(c.Services, func(x Service) bool { return same(x.NIC, x.ID) })
-			s.state.Pods[key] = &c
+	same := func(x Service) bool { return x.Is(nic, id) }
+	for _, key := range s.state.IDs() {
+		h := s.state.Holders[key]
+		if slices.ContainsFunc(h.Services, same) {
+			c := h.Clone()
+			c.Services = slices.DeleteFunc(c.Services, same)
+			s.state.Holders[key] = &c
 			out = append(out, key)
-		}
-	}
-	for uid, cl := range s.state.Claims {
-		if slices.ContainsFunc(cl.Services, func(x ClaimService) bool { return same(x.NIC, x.ID) }) {
-			c := cl.Clone()
-			c.Services = slices.DeleteFunc(c.Services, func(x ClaimService) bool { return same(x.NIC, x.ID) })
-			s.state.Claims[uid] = c
-			out = append(out, "claim:"+uid)
 		}
 	}
 	return out
 }
 
-// Delete drops key's record.
-func (s *Store) Delete(key string) {
+// Delete drops id's record.
+func (s *Store) Delete(id string) {
 	s.mu.Lock()
-	delete(s.state.Pods, key)
+	delete(s.state.Holders, id)
 	s.mu.Unlock()
 }
 
@@ -219,68 +228,38 @@ func (s *Store) Save() error {
 	return nil
 }
 
-// checkPod checks the rules for p recorded under key against the other
+// check checks the rules for h recorded under id against the other
 // records of st.
-func checkPod(st *State, key string, p *Pod) error {
-	if p.Key() != key {
-		return fmt.Errorf("%w: record %q names pod %q", ErrInvariant, key, p.Key())
+func check(st *State, id string, h *Holder) error {
+	switch {
+	case h.Kind != KindPod && h.Kind != KindClaim:
+		return fmt.Errorf("%w: record %q of kind %q", ErrInvariant, id, h.Kind)
+	case h.Kind == KindClaim && h.UID == "":
+		return fmt.Errorf("%w: a claim record without a UID", ErrInvariant)
+	case h.ID() != id:
+		return fmt.Errorf("%w: record %q names %s", ErrInvariant, id, h.ID())
 	}
-	if err := checkPodVNIs(st, key, p); err != nil {
+	if err := checkVNIs(st, h); err != nil {
 		return err
 	}
-	for _, svc := range p.Services {
-		if p.VNI != 0 && !slices.Contains(svc.VNIs, p.VNI) {
-			return fmt.Errorf("%w: pod %s: service %d on %s lacks the pod's VNI %d", ErrInvariant, key, svc.ID, svc.NIC, p.VNI)
-		}
-	}
-	for other, o := range st.Pods {
-		if other == key {
+	for other, o := range st.Holders {
+		if other == id {
 			continue
 		}
-		for _, svc := range p.Services {
-			if slices.ContainsFunc(o.Services, func(x Service) bool { return x.NIC == svc.NIC && x.ID == svc.ID }) {
-				return fmt.Errorf("%w: service %d on %s recorded for both %s and %s", ErrInvariant, svc.ID, svc.NIC, other, key)
+		for _, svc := range h.Services {
+			if slices.ContainsFunc(o.Services, func(x Service) bool { return x.Is(svc.NIC, svc.ID) }) {
+				return fmt.Errorf("%w: service %d on %s recorded for both %s and %s", ErrInvariant, svc.ID, svc.NIC, o, h)
 			}
 		}
-		if p.LeaseKey != "" && o.LeaseKey == p.LeaseKey && o.VNI != p.VNI {
-			return fmt.Errorf("%w: lease %s has VNI %d for %s and %d for %s", ErrInvariant, p.LeaseKey, o.VNI, other, p.VNI, key)
+		if h.LeaseKey != "" && o.LeaseKey == h.LeaseKey && o.VNI != h.VNI {
+			return fmt.Errorf("%w: lease %s has VNI %d for %s and %d for %s", ErrInvariant, h.LeaseKey, o.VNI, o, h.VNI, h)
 		}
-		if p.HSN != nil && o.HSN != nil && p.HSN.Address.Addr() == o.HSN.Address.Addr() {
-			return fmt.Errorf("%w: hsn address %s recorded for both %s and %s", ErrInvariant, p.HSN.Address.Addr(), other, key)
+		if h.HSN != nil && o.HSN != nil && h.HSN.Address.Addr() == o.HSN.Address.Addr() {
+			return fmt.Errorf("%w: hsn address %s recorded for both %s and %s", ErrInvariant, h.HSN.Address.Addr(), o, h)
 		}
-		if p.Local && o.Local && p.VNI != 0 && o.VNI == p.VNI {
-			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, p.VNI, other, key)
-		}
-	}
-	for _, c := range st.Claims {
-		for _, svc := range p.Services {
-			if slices.ContainsFunc(c.Services, func(x ClaimService) bool { return x.NIC == svc.NIC && x.ID == svc.ID }) {
-				return fmt.Errorf("%w: service %d on %s recorded for claim %s and pod %s", ErrInvariant, svc.ID, svc.NIC, c.Key(), key)
-			}
+		if h.Local && o.Local && h.VNI != 0 && o.VNI == h.VNI {
+			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, h.VNI, o, h)
 		}
 	}
 	return nil
-}
-
-// Clone returns a deep copy of p.
-func (p *Pod) Clone() Pod {
-	c := *p
-	c.Services = make([]Service, len(p.Services))
-	for i, svc := range p.Services {
-		c.Services[i] = Service{NIC: svc.NIC, ID: svc.ID, VNIs: slices.Clone(svc.VNIs)}
-	}
-	c.DeviceIDs = make(map[string][]string, len(p.DeviceIDs))
-	for k, v := range p.DeviceIDs {
-		c.DeviceIDs[k] = slices.Clone(v)
-	}
-	if p.Exited != nil {
-		t := *p.Exited
-		c.Exited = &t
-	}
-	if p.HSN != nil {
-		h := *p.HSN
-		c.HSN = &h
-	}
-	c.Options = p.Options.Clone()
-	return c
 }

@@ -225,7 +225,7 @@ func TestRestartAndReboot(t *testing.T) {
 	}
 
 	// A reboot: the driver forgets every service.
-	drv := r.cfg.NICs[0].Drv
+	drv := r.drv["cxi0"]
 	if err := drv.Destroy(ctx, before[0].Desc.SvcID); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestRestartAndReboot(t *testing.T) {
 func TestReconcileDestroysUnrecordedUnboundServices(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	drv := r.cfg.NICs[0].Drv
+	drv := r.drv["cxi0"]
 	if _, err := drv.CreateUnbound(ctx, cxi.ServiceSpec{VNIs: []uint16{3000}, TCs: cxi.DefaultTrafficClasses}); err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func (c *Collector) Pass(ctx context.Context) (CollectReport, error) {
 
 // allocatedHere reports whether claim is rec's claim and its allocation
 // still names a device of this driver on this node.
-func (c *Collector) allocatedHere(claim *resourceapi.ResourceClaim, rec *Record) bool {
+func (c *Collector) allocatedHere(claim *resourceapi.ResourceClaim, rec Record) bool {
 	if string(claim.UID) != rec.UID || claim.Status.Allocation == nil {
 		return false
 	}

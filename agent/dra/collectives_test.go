@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
 
@@ -25,13 +24,9 @@ func (l collLeaser) AcquireJobVNI(ctx context.Context, p controllerclient.PodRef
 // the container's environment, and keeps them with the claim's record.
 func TestPrepareCarriesCollectives(t *testing.T) {
 	r := newRig(t)
-	cfg := r.cfg
-	cfg.Leases = engine.NewLeases(collLeaser{r.leaser})
-	m, err := NewManager(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m
+	r.lease = collLeaser{r.leaser}
+	r.restart()
+	m := r.m
 	ctx := t.Context()
 	if _, err := m.Prepare(ctx, claim("c1", "train-0", "", "cxi0")); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func TestDefect1SharedClaimSecondPodRefused(t *testing.T) {
 	if err := r.m.Bind(ctx, sandbox("train-0", 4026531900)); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := r.m.store.get("c1")
+	rec, _ := r.get("c1")
 	specEnv := r.m.env(rec) // what the CDI spec gives every container of the claim
 	spec, _ := r.spec("c1")
 	if !strings.Contains(spec, claimMarker(rec)) {
@@ -111,7 +111,7 @@ func TestDefect2NRIUnreachableFailsClosed(t *testing.T) {
 	if _, err := r.m.Check(ctx, sb, nil); err != nil {
 		t.Fatalf("container after synchronize: %v", err)
 	}
-	if r.m.ns.Held(engine.ClaimHolder("c1")) != 4026531900 {
+	if r.held("c1") != 4026531900 {
 		t.Fatal("the bound namespace is not held")
 	}
 }
@@ -140,8 +140,8 @@ func (f *flakyBind) Bind(ctx context.Context, id, inode uint32) (cxi.Service, er
 func TestDefect3BindFailingOnSecondNICLeavesNoServiceAdmitting(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	flaky := &flakyBind{Driver: r.cfg.NICs[1].Drv, fail: true}
-	r.cfg.NICs[1].Drv = flaky
+	flaky := &flakyBind{Driver: r.drv["cxi1"], fail: true}
+	r.drv["cxi1"] = flaky
 	r.restart()
 	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0", "cxi1")); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestDefect3BindFailingOnSecondNICLeavesNoServiceAdmitting(t *testing.T) {
 			}
 		}
 	}
-	if h := r.m.ns.Held(engine.ClaimHolder("c1")); h != 0 {
+	if h := r.held("c1"); h != 0 {
 		t.Fatalf("namespace %d still held with no service admitting it", h)
 	}
 	if _, err := r.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
@@ -199,15 +199,9 @@ func (b *blockingLeaser) AcquireJobVNI(ctx context.Context, pod controllerclient
 func TestDefect4SlowControllerStallsNoOtherClaim(t *testing.T) {
 	r := newRig(t)
 	bl := &blockingLeaser{fakeLeaser: r.leaser, pod: "slow-0", entered: make(chan struct{}), release: make(chan struct{})}
-	r.cfg.Leases = nil
-	leases := engine.NewLeases(bl)
-	cfg := r.cfg
-	cfg.Leases = leases
-	m, err := NewManager(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.m = m
+	r.lease = bl
+	r.restart()
+	m := r.m
 	if _, err := m.Prepare(t.Context(), claim("old", "done-0", "", "cxi1")); err != nil {
 		t.Fatal(err)
 	}
@@ -315,12 +309,12 @@ func TestDefect7LostClaimStateDoesNotLeakTheVNI(t *testing.T) {
 	step(30*time.Second, 0) // the second, within the grace
 	api.err = errors.New("apiserver unavailable")
 	step(2*time.Minute, 0) // a failed read is no proof
-	if _, ok := r.m.store.get("lost"); !ok {
+	if _, ok := r.get("lost"); !ok {
 		t.Fatal("collected without two proofs past the grace")
 	}
 	api.err = nil
 	step(10*time.Second, 1) // the second proof past the grace
-	if _, ok := r.m.store.get("lost"); ok {
+	if _, ok := r.get("lost"); ok {
 		t.Fatal("the lost claim is still recorded")
 	}
 	if !r.leaser.holds("job/ns/keep") || r.leaser.holds("job/ns/gone") {

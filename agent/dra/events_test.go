@@ -108,7 +108,7 @@ func TestRefusalEvents(t *testing.T) {
 	if len(shared) != 1 || shared[0].Obj != event.Pod("ns", "train-1", "uid-train-1") || !strings.Contains(shared[0].What, "ResourceClaimTemplate") {
 		t.Fatalf("shared claim events %+v, want one on ns/train-1 with the fix", shared)
 	}
-	rec, _ := r.m.store.get("c1")
+	rec, _ := r.get("c1")
 	if _, _, err := np.CreateContainer(ctx, nriSandbox("train-1", "/var/run/netns/4026531901"), &api.Container{Name: "main", Env: r.m.env(rec)}); err == nil {
 		t.Fatal("a container of the second pod was admitted")
 	}
@@ -170,7 +170,7 @@ func TestClaimStatus(t *testing.T) {
 	if _, err := r.m.Prepare(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := r.m.store.get("c1")
+	rec, _ := r.get("c1")
 	var got []DeviceData
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		cl, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "claim-c1", metav1.GetOptions{})

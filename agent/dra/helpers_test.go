@@ -18,6 +18,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
@@ -115,12 +116,20 @@ type rig struct {
 	cdiDir string
 	state  string
 	cfg    ManagerConfig
+	// drv are the NICs' drivers and lease what the engine leases
+	// through (leaser by default): a test swaps them before a restart.
+	drv   engine.DriverMap
+	lease engine.Leaser
+	// pins and metrics are the engine's; nil: none.
+	pins    engine.Pinner
+	metrics engine.Metrics
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	dir := t.TempDir()
-	r := &rig{t: t, leaser: newFakeLeaser(), sims: map[string]*sim.Device{}, cdiDir: filepath.Join(dir, "cdi"), state: filepath.Join(dir, "state")}
+	r := &rig{t: t, leaser: newFakeLeaser(), sims: map[string]*sim.Device{}, cdiDir: filepath.Join(dir, "cdi"), state: filepath.Join(dir, "state"), drv: engine.DriverMap{}}
+	r.lease = r.leaser
 	for _, d := range []string{r.cdiDir, r.state} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -138,7 +147,8 @@ func newRig(t *testing.T) *rig {
 		}
 		t.Cleanup(func() { s.Close() })
 		r.sims[name] = s
-		nics = append(nics, NICDevice{Name: name, DevPath: "/dev/" + name, Drv: cxi.NewClient(uapi.NewDevice(s))})
+		nics = append(nics, NICDevice{Name: name, DevPath: "/dev/" + name})
+		r.drv[name] = cxi.NewClient(uapi.NewDevice(s))
 	}
 	r.cfg = ManagerConfig{
 		Driver: testDriver, Node: "node-a", NICs: nics, CDI: w,
@@ -156,17 +166,35 @@ func newRig(t *testing.T) *rig {
 func (r *rig) restart() {
 	r.t.Helper()
 	// A new process: the record from disk, the holds from the record.
-	st, err := checkpoint.Open(r.checkpointPath(), r.cfg.Node)
+	st, err := checkpoint.Open(r.checkpointPath(), r.cfg.Node, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.cfg.Store = st
-	r.cfg.Leases = engine.NewLeases(r.leaser)
+	var events event.Recorder
+	if r.cfg.Events != nil {
+		events = r.cfg.Events
+	}
+	eng, err := engine.New(engine.Config{
+		Node: r.cfg.Node, Store: st, NICs: r.drv, Leaser: r.lease, Pins: r.pins, Metrics: r.metrics, Events: events,
+		Defaults: func() engine.Defaults { return r.cfg.Policy().defaults() },
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.cfg.Engine = eng
 	m, err := NewManager(r.cfg)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.m = m
+}
+
+// get returns the record of claim uid.
+func (r *rig) get(uid string) (Record, bool) { return r.m.eng.Get(checkpoint.ClaimID(uid)) }
+
+// held is the inode held for claim uid; 0 for none.
+func (r *rig) held(uid string) uint32 {
+	return r.m.eng.Namespaces().Held(checkpoint.ClaimID(uid))
 }
 
 // checkpointPath is the agent's checkpoint, where the claims are recorded.

@@ -158,8 +158,8 @@ func newDRAWorld(t *testing.T, seed uint64, outcomes map[string]int) *draWorld {
 		w.sysPools[nic] = [3]int{le, tle, les}
 		w.holdPools(nic)
 	}
-	w.flaky = &flakyBind{Driver: w.r.cfg.NICs[1].Drv}
-	w.r.cfg.NICs[1].Drv = w.flaky
+	w.flaky = &flakyBind{Driver: w.r.drv["cxi1"]}
+	w.r.drv["cxi1"] = w.flaky
 	w.nri = NewNRIState("nri.sock", nil)
 	w.nri.set(true, nil)
 	w.r.cfg.BindReady = w.nri.Ready
@@ -225,7 +225,7 @@ func (w *draWorld) restart() {
 // stopAgent ends the agent's process: the namespaces it held are closed.
 func (w *draWorld) stopAgent() {
 	if w.r.m != nil {
-		w.r.m.Close()
+		w.r.m.eng.Namespaces().CloseAll()
 	}
 }
 
@@ -306,7 +306,7 @@ func (w *draWorld) step() {
 		if uid == "" {
 			return
 		}
-		rec, ok := w.r.m.store.get(uid)
+		rec, ok := w.r.get(uid)
 		if !ok || rec.BoundPod == "" {
 			return
 		}
@@ -467,11 +467,11 @@ func (w *draWorld) checkRefusedLeftNothing(uid string, m *claimModel, before map
 			w.fail("refused claim %s (%s/%s) left services behind on %s: %v before its Prepare, %v after", uid, m.ns, m.pod, nic, before[nic], after[nic])
 		}
 	}
-	if rec, ok := w.r.m.store.get(uid); ok {
+	if rec, ok := w.r.get(uid); ok {
 		w.fail("refused claim %s (%s/%s) left its record %+v", uid, m.ns, m.pod, rec)
 	}
 	key := m.jobKey()
-	if slices.ContainsFunc(w.r.m.Records(), func(r *Record) bool { return r.LeaseKey == key && !r.Released }) {
+	if slices.ContainsFunc(w.r.m.Records(), func(r Record) bool { return r.LeaseKey == key && !r.Released }) {
 		return // another claim of the job holds the lease
 	}
 	if w.r.leaser.holds(key) {
@@ -643,7 +643,8 @@ func (w *draWorld) forget(uid string) {
 func (w *draWorld) check() {
 	recorded := map[string]map[uint32]*Record{}
 	held := map[string]bool{}
-	for _, rec := range w.r.m.Records() {
+	for _, r := range w.r.m.Records() {
+		rec := &r
 		var bound []uint32
 		for _, s := range rec.Services {
 			if recorded[s.NIC] == nil {

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// TestNewManagerRefusesMissingRequiredFields: a Manager without its
-// record, its lease holds or a say on whether a claim can be bound is
+// TestNewManagerRefusesMissingRequiredFields: a Manager without the
+// engine or a say on whether a claim can be bound is
 // refused at construction. BindReady above all: without it Prepare used to
 // take "always ready", so a claim was prepared while no NRI connection
 // could bind it and its container started on a service admitting nobody
@@ -16,8 +16,7 @@ func TestNewManagerRefusesMissingRequiredFields(t *testing.T) {
 		field string
 		clear func(*ManagerConfig)
 	}{
-		{"Store", func(c *ManagerConfig) { c.Store = nil }},
-		{"Leases", func(c *ManagerConfig) { c.Leases = nil }},
+		{"Engine", func(c *ManagerConfig) { c.Engine = nil }},
 		{"BindReady", func(c *ManagerConfig) { c.BindReady = nil }},
 	} {
 		t.Run(tc.field, func(t *testing.T) {

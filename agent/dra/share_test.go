@@ -26,7 +26,7 @@ func TestJobClaimsShareOneControllerCall(t *testing.T) {
 		if _, err := r.m.Prepare(ctx, claim(uid, pod, config, "cxi0")); err != nil {
 			t.Fatal(err)
 		}
-		rec, ok := r.m.store.get(uid)
+		rec, ok := r.get(uid)
 		if !ok || rec.VNI == 0 {
 			t.Fatalf("claim %s: no VNI recorded", uid)
 		}

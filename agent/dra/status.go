@@ -203,7 +203,7 @@ func (q *StatusQueue) drain(ctx context.Context) bool {
 
 // statusOf is rec's status: each device of this driver with the
 // services made on it.
-func (m *Manager) statusOf(rec *Record) ClaimStatus {
+func (m *Manager) statusOf(rec Record) ClaimStatus {
 	st := ClaimStatus{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID}
 	tcs := m.cfg.Policy().TCs.Names()
 	for _, r := range rec.Results {

@@ -11,28 +11,19 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 )
 
-// The claims' records are the agent's one durable record, its checkpoint
-// (agent/checkpoint): one file, one writer, one set of rules, whichever
-// front end made a service.
+// A claim's record is the engine's one holder record (agent/checkpoint):
+// one file, one writer, one set of rules, whichever front end made a
+// service.
 type (
 	// Record is what the agent did for one claim.
-	Record = checkpoint.Claim
+	Record = checkpoint.Holder
 	// PodRef names a pod that a claim is reserved for.
 	PodRef = checkpoint.ClaimPod
 	// Result is one allocated device of the claim.
 	Result = checkpoint.ClaimResult
 	// Service is a CXI service made for a claim on one NIC.
-	Service = checkpoint.ClaimService
+	Service = checkpoint.Service
 )
-
-// store is the Manager's view of the checkpoint: the claims.
-type store struct{ st *checkpoint.Store }
-
-func (s store) get(uid string) (*Record, bool) { return s.st.Claim(uid) }
-func (s store) all() []*Record                 { return s.st.Claims() }
-func (s store) put(r *Record) error            { return s.st.PutClaim(r) }
-func (s store) remove(uid string)              { s.st.DeleteClaim(uid) }
-func (s store) save() error                    { return s.st.Save() }
 
 // LegacyStoreName is the file the claims were kept in before they joined
 // the checkpoint.
@@ -54,9 +45,9 @@ func MigrateLegacy(stateDir, node string, st *checkpoint.Store) (int, error) {
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	var legacy struct {
-		Version int               `json:"version"`
-		Node    string            `json:"node"`
-		Claims  map[string]Record `json:"claims"`
+		Version int                        `json:"version"`
+		Node    string                     `json:"node"`
+		Claims  map[string]json.RawMessage `json:"claims"`
 	}
 	if err := json.Unmarshal(data, &legacy); err != nil {
 		return 0, fmt.Errorf("%s: %w: %w", path, checkpoint.ErrCorrupt, err)
@@ -64,11 +55,12 @@ func MigrateLegacy(stateDir, node string, st *checkpoint.Store) (int, error) {
 	if legacy.Version != 1 || legacy.Node != node {
 		return 0, fmt.Errorf("%s: %w: version %d of node %q, want version 1 of %q", path, checkpoint.ErrCorrupt, legacy.Version, legacy.Node, node)
 	}
-	for uid, r := range legacy.Claims {
-		if r.UID != uid {
+	for uid, raw := range legacy.Claims {
+		r, err := checkpoint.LegacyClaim(raw)
+		if err != nil || r.UID != uid {
 			return 0, fmt.Errorf("%s: %w: record %q is malformed", path, checkpoint.ErrCorrupt, uid)
 		}
-		if err := st.PutClaim(&r); err != nil {
+		if err := st.Put(r); err != nil {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
 	}

@@ -23,7 +23,7 @@ func TestMigrateLegacy(t *testing.T) {
 	if err := os.WriteFile(path, []byte(legacy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"), "node-a")
+	st, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"), "node-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +31,12 @@ func TestMigrateLegacy(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("migrate = %d, %v", n, err)
 	}
-	again, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"), "node-a")
+	again, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"), "node-a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, ok := again.Claim("u1")
-	if !ok || c.VNI != 2000 || c.Config.VNI != "job" || len(c.Services) != 1 || c.Services[0].Netns != 4026531900 || !c.Prepared {
+	c, ok := again.Get(checkpoint.ClaimID("u1"))
+	if !ok || c.Kind != checkpoint.KindClaim || c.VNI != 2000 || c.Config.VNI != "job" || len(c.Services) != 1 || c.Services[0].Netns != 4026531900 || c.Netns != 4026531900 || !c.Prepared {
 		t.Fatalf("migrated claim %+v", c)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
