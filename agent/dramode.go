@@ -19,6 +19,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
@@ -80,10 +81,7 @@ func (a *parts) buildDRA(context.Context) error {
 	mgr, err := dra.NewManager(dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.b.eng,
 		NICs: nics, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
-		Policy: func() dra.Policy {
-			p := a.b.policy()
-			return dra.Policy{TCs: p.tcs, Limits: p.limits, Jobs: p.jobs, Adjust: p.adjust}
-		},
+		Jobs:   func() *jobpolicy.Policy { return a.b.policy().jobs },
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
 		// NRI names the sandbox's namespace by its host path

@@ -20,7 +20,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
-	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
 // SpecWriter writes the claims' CDI specs; *cdispec.Writer is one.
@@ -35,18 +34,6 @@ type SpecWriter interface {
 type NICDevice struct {
 	Name    string // "cxi0", also the device name in the ResourceSlice
 	DevPath string // host path of /dev/cxiN
-}
-
-// Policy is the part of the agent's configuration a claim's service
-// options are checked against.
-type Policy struct {
-	TCs    cxi.TrafficClasses
-	Limits *cxi.Limits
-	// Jobs is what a claim may ask for its services (jobOptions); nil:
-	// the defaults. Adjust fits reservations to the NIC less its system
-	// services' (jobOptions.adjustLimits).
-	Jobs   *jobpolicy.Policy
-	Adjust bool
 }
 
 // ManagerConfig is what a Manager is made of.
@@ -64,7 +51,9 @@ type ManagerConfig struct {
 	// controller call through it (engine.ShareKey).
 	PodMeta func(namespace, name, uid string) (labels, annotations map[string]string, ok bool)
 	CDI     SpecWriter
-	Policy  func() Policy
+	// Jobs is what a claim may ask for its services (the configuration's
+	// jobOptions, as it is now); nil, or a nil policy: the defaults.
+	Jobs    func() *jobpolicy.Policy
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: not measured
 	// OpenNetns opens a namespace by the path the runtime names it by.
@@ -236,7 +225,7 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (Record, error) {
 	}
 	rec.Config = checkpoint.ClaimConfig{VNI: cfg.VNI, EnvSuffix: cfg.EnvSuffix}
 	// Checked before the lease: a refused claim holds nothing.
-	if rec.Options, err = m.cfg.Policy().options(claim.Namespace, cfg.ServiceOptions); err != nil {
+	if rec.Options, err = m.options(claim.Namespace, cfg.ServiceOptions); err != nil {
 		return rec, fmt.Errorf("claim %s, %s serviceOptions: %w", rec.Key(), ConfigKind, err)
 	}
 	return rec, nil

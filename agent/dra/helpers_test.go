@@ -120,9 +120,10 @@ type rig struct {
 	// through (leaser by default): a test swaps them before a restart.
 	drv   engine.DriverMap
 	lease engine.Leaser
-	// pins and metrics are the engine's; nil: none.
-	pins    engine.Pinner
-	metrics engine.Metrics
+	// pins, metrics and defaults are the engine's; nil: none.
+	pins     engine.Pinner
+	metrics  engine.Metrics
+	defaults engine.Defaults
 }
 
 func newRig(t *testing.T) *rig {
@@ -130,6 +131,7 @@ func newRig(t *testing.T) *rig {
 	dir := t.TempDir()
 	r := &rig{t: t, leaser: newFakeLeaser(), sims: map[string]*sim.Device{}, cdiDir: filepath.Join(dir, "cdi"), state: filepath.Join(dir, "state"), drv: engine.DriverMap{}}
 	r.lease = r.leaser
+	r.defaults = engine.Defaults{TCs: cxi.DefaultTrafficClasses}
 	for _, d := range []string{r.cdiDir, r.state} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -152,7 +154,6 @@ func newRig(t *testing.T) *rig {
 	}
 	r.cfg = ManagerConfig{
 		Driver: testDriver, Node: "node-a", NICs: nics, CDI: w,
-		Policy:    func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses} },
 		OpenNetns: openFakeNetns,
 		// The NRI connection is up: these tests are about the claims, and
 		// the ones about readiness set their own.
@@ -176,7 +177,7 @@ func (r *rig) restart() {
 	}
 	eng, err := engine.New(engine.Config{
 		Node: r.cfg.Node, Store: st, NICs: r.drv, Leaser: r.lease, Pins: r.pins, Metrics: r.metrics, Events: events,
-		Defaults: func() engine.Defaults { return r.cfg.Policy().defaults() },
+		Defaults: func() engine.Defaults { return r.defaults },
 	})
 	if err != nil {
 		r.t.Fatal(err)

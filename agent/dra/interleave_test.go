@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/internal/optionstest"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -148,8 +149,9 @@ func newDRAWorld(t *testing.T, seed uint64, outcomes map[string]int) *draWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := Policy{TCs: cxi.DefaultTrafficClasses, Jobs: jobpolicy.New(cfg), Adjust: cfg.JobOptions.Adjust()}
-	w.r.cfg.Policy = func() Policy { return pol }
+	jobs := jobpolicy.New(cfg)
+	w.r.cfg.Jobs = func() *jobpolicy.Policy { return jobs }
+	w.r.defaults = engine.Defaults{TCs: cxi.DefaultTrafficClasses, Adjust: cfg.JobOptions.Adjust()}
 	// Other stacks' system services hold most LE pools, one to three
 	// TLE pools and half the LEs or more, so that the claims run out of
 	// them.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
-	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 )
 
@@ -84,7 +83,8 @@ func TestPrepareServiceOptions(t *testing.T) {
 	ctx := t.Context()
 	r := newRig(t)
 	jobs := jobsPolicy(t)
-	r.cfg.Policy = func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses, Jobs: jobs, Adjust: true} }
+	r.cfg.Jobs = func() *jobpolicy.Policy { return jobs }
+	r.defaults.Adjust = true
 	r.restart()
 	c := claim("c1", "train-0", `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","serviceOptions":{"trafficClasses":["LOW_LATENCY","BULK_DATA"],"depth":4,"vnis":["storage"]}}`, "cxi0")
 	if _, err := r.m.Prepare(ctx, c); err != nil {
@@ -122,7 +122,7 @@ func TestPrepareServiceOptions(t *testing.T) {
 func TestPrepareServiceOptionsRefused(t *testing.T) {
 	r := newRig(t)
 	jobs := jobsPolicy(t)
-	r.cfg.Policy = func() Policy { return Policy{TCs: cxi.DefaultTrafficClasses, Jobs: jobs} }
+	r.cfg.Jobs = func() *jobpolicy.Policy { return jobs }
 	r.restart()
 	c := claim("c1", "train-0", `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","serviceOptions":{"trafficClasses":["DEDICATED_ACCESS"]}}`, "cxi0")
 	_, err := r.m.Prepare(t.Context(), c)

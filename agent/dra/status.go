@@ -205,7 +205,7 @@ func (q *StatusQueue) drain(ctx context.Context) bool {
 // services made on it.
 func (m *Manager) statusOf(rec Record) ClaimStatus {
 	st := ClaimStatus{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID}
-	tcs := m.cfg.Policy().TCs.Names()
+	tcs := m.eng.TCs(rec).Names()
 	for _, r := range rec.Results {
 		d := DeviceStatus{Pool: r.Pool, Device: r.Device, Data: DeviceData{NIC: r.Device}}
 		for _, s := range rec.Services {

@@ -501,11 +501,14 @@ func (e *Engine) Teardown(ctx context.Context, id string, undo func(checkpoint.H
 	return true, nil
 }
 
+// TCs are the traffic classes h's services have: its own, or the node's.
+func (e *Engine) TCs(h checkpoint.Holder) cxi.TrafficClasses { return TCs(h.Options, e.defaults()) }
+
 // Env is the SLINGSHOT_* environment of a container of h using nics: its
 // services in NIC order (0 where a NIC has none), its VNIs and traffic
 // classes, with h's claim suffix, and the job's collectives environment.
 func (e *Engine) Env(h checkpoint.Holder, nics []string) []string {
-	b := Binding{VNI: h.VNI, Extra: Extra(h.Options), TCs: TCs(h.Options, e.defaults()), Suffix: h.Config.EnvSuffix}
+	b := Binding{VNI: h.VNI, Extra: Extra(h.Options), TCs: e.TCs(h), Suffix: h.Config.EnvSuffix}
 	for _, nic := range nics {
 		s, _ := h.Service(nic)
 		b.NICs = append(b.NICs, nic)
