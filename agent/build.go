@@ -235,7 +235,7 @@ func (a *parts) pinner() engine.Pinner {
 	if a.pins == nil {
 		return nil
 	}
-	return a.pins
+	return engine.Pins{Pins: a.pins}
 }
 
 // openNIC opens a discovered NIC's driver and adds it to the binder. It

@@ -27,14 +27,28 @@ func InodeOf(h Handle) uint32 {
 }
 
 // Pinner keeps a namespace held by a bind mount under the agent's state
-// directory (*pin.Pins is one), so that the hold outlives the agent: while
-// the agent is down or restarting, the kernel cannot hand the inode a
-// service admits to another pod's new namespace.
+// directory ([Pins] over *pin.Pins is one), so that the hold outlives the
+// agent: while the agent is down or restarting, the kernel cannot hand the
+// inode a service admits to another pod's new namespace.
 type Pinner interface {
 	Pin(holder string, ns pin.Namespace) (uint32, error)
 	Unpin(holder string) error
-	Open(holder string) (*pin.Handle, error)
+	// Open opens the namespace pinned for holder; an error wraps
+	// fs.ErrNotExist where there is none.
+	Open(holder string) (Handle, error)
 	List() ([]string, error)
+}
+
+// Pins is the bind-mount pins of package pin as a [Pinner].
+type Pins struct{ *pin.Pins }
+
+// Open opens the namespace pinned for holder.
+func (p Pins) Open(holder string) (Handle, error) {
+	h, err := p.Pins.Open(holder)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // Namespaces keeps open the namespaces that live services name, by holder

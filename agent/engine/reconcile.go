@@ -105,19 +105,23 @@ func (e *Engine) Revive(ctx context.Context, id string, nics []string, open func
 }
 
 // verify returns the holder's namespace, held, when it is the one its
-// record names.
+// record names: the runtime says so, or, where the runtime cannot answer,
+// the holder's pin still holds that inode (it was held all along, so no
+// other namespace can have it). A runtime that names another namespace
+// means the sandbox was made again: not verified.
 func (e *Engine) verify(h checkpoint.Holder, open func() (Handle, error)) (Handle, bool) {
 	ns, err := open()
-	if err == nil && ns.Inode() == h.Netns {
-		return ns, true
-	}
 	if err == nil {
+		if ns.Inode() == h.Netns {
+			return ns, true
+		}
 		e.log.Warn("a live holder's network namespace is not the one its services admit (its sandbox was made again)", "holder", h.String(), "netns", h.Netns, "now", ns.Inode())
 		_ = ns.Close()
+		return nil, false
 	}
 	pinned, perr := e.ns.Pinned(h.ID())
 	if perr == nil && pinned.Inode() == h.Netns {
-		e.log.Info("a live holder's namespace is held by its pin: its services stay bound", "holder", h.String(), "netns", h.Netns, "err", err)
+		e.log.Info("a live holder's namespace is not known to the runtime, but its pin holds it: its services stay bound", "holder", h.String(), "netns", h.Netns, "err", err)
 		return pinned, true
 	}
 	if perr == nil {
