@@ -486,7 +486,6 @@ func (w *engineWorld) check(bound bool) {
 	}
 }
 
-
 func (w *engineWorld) pick() (string, bool) {
 	if len(w.live) == 0 {
 		return "", false
