@@ -1,26 +1,29 @@
-// Package engine is what the agent's two front ends share of a holder's
-// life: the device plugin's PreStartContainer (package agent) and DRA's
-// Prepare and NRI bind (package agent/dra). It owns what both must get
-// right the same way:
+// Package engine is a holder's whole life on the node's fabric, whichever
+// front end the holder came through: a pod of the device plugin (package
+// agent's binder, at PreStartContainer) or a DRA claim (package agent/dra,
+// at Prepare and at its pod's sandbox). A front end translates its API's
+// calls into the [Engine]'s steps and adds only what its API has of its
+// own (a pod's devices and files and hsn interface; a claim's devices, CDI
+// spec and status):
 //
-//   - lease holds ([Leases]): which local holders (pods, claims) hold each
-//     controller lease, so that the node's hold is released only with its
-//     last holder, and no lock is held across a call to the controller;
-//   - namespace holds ([Namespaces]): the network namespaces the services
-//     name as their member, held open from the bind until the services are
-//     destroyed, and pinned by bind mounts (a [Pinner]) so that the hold
-//     outlives the agent: an inode cannot pass to another pod meanwhile;
-//   - the service lifecycle ([Fabric]): the only code in the agent that
-//     creates, binds or destroys a CXI service. Every service is made
-//     unbound and bound to a namespace its caller verified; the handle is
-//     kept from the first bind attempt; the check a container must pass
-//     before it starts; and the metrics of failed and stuck services,
-//     counted the same whichever front end asked;
-//   - the environment ([Env]): the SLINGSHOT_* variables, as Slurm's
-//     Slingshot plugin names them.
+//   - [Engine.Admit] leases the holder's VNI and records it durably before
+//     any service exists; [Engine.Ensure] makes one service per NIC,
+//     unbound; [Engine.Bind] binds them to a namespace its caller opened,
+//     replacing those that admit another; [Engine.Unbind],
+//     [Engine.Check] (what a container must find before it starts),
+//     [Engine.Rollback] and [Engine.Teardown] (destroys retried while
+//     busy, the lease released with the last local holder);
+//   - at a start, [Engine.ForgetLost] before anything is made,
+//     [Engine.Revive] (a live holder's services trusted only once its
+//     namespace is verified, by the runtime or its pin; otherwise
+//     unbound), [Engine.Orphans] and [Engine.DropStalePins].
 //
-// A second copy of any of these is a second place for an invariant to be
-// missing. The binds, rollbacks, teardowns and start-up reconciles
-// themselves are still each front end's own, over two record types; moving
-// them here is the rest of the engine's work.
+// Beneath it: the lease holds ([Leases]), the namespace holds
+// ([Namespaces], pinned by bind mounts so that a hold outlives the agent),
+// the service lifecycle ([Fabric]: the only code in the agent that
+// creates, binds or destroys a CXI service, counting the same metrics in
+// both modes) and the environment ([Env], as Slurm's Slingshot plugin
+// names it). One record type (checkpoint.Holder) carries every holder: a
+// second copy of any of this would be a second place for an invariant to
+// be missing.
 package engine
