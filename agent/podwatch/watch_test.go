@@ -462,6 +462,9 @@ func TestCheckpointBurstCostsOneListAtMost(t *testing.T) {
 				cancel()
 				<-done
 			}()
+			// The burst comes after Run's first List: one that ran after the
+			// writes would already have seen them all.
+			waitFor(t, w, "Run's first List", func() bool { return lister.count() >= 1 })
 			const burst = 10
 			for i := range burst {
 				tt.write(t, dir, i)
