@@ -296,12 +296,14 @@ func sameService(s checkpoint.Service) func(checkpoint.Service) bool {
 // enables them. Services that admit another namespace (a sandbox made
 // again) are replaced by unbound ones first, since the driver cannot drop
 // a member; those admitting ns already are left as they are. The record
-// names the namespace before any service may admit it; mark, when set,
-// changes the front end's own fields in the same step, and the record is
-// saved. The engine keeps ns from here while a service may admit it. A
-// bind that fails part-way is undone: every service that may admit the
-// namespace goes back to unbound. It reports whether any service was
-// replaced (the holder's environment must name the new IDs).
+// names the namespace, and is saved, before any service may admit it
+// (mark, when set, changes the front end's own fields in the same step):
+// a crash mid-bind leaves a record that a restart verifies, never a
+// service admitting a namespace no record names. The engine keeps ns from
+// here while a service may admit it. A bind that fails part-way is
+// undone: every service that may admit the namespace goes back to
+// unbound. It reports whether any service was replaced (the holder's
+// environment must name the new IDs).
 func (e *Engine) Bind(ctx context.Context, id string, ns Handle, mark func(*checkpoint.Holder)) (replaced bool, err error) {
 	inode := ns.Inode()
 	h, ok := e.store.Get(id)
@@ -323,12 +325,7 @@ func (e *Engine) Bind(ctx context.Context, id string, ns Handle, mark func(*chec
 		e.ns.Release(id)
 	}
 	h, _ = e.store.Get(id)
-	var targets []Target
-	for _, s := range h.Services {
-		if s.Netns == 0 {
-			targets = append(targets, Target{NIC: s.NIC, ID: s.ID})
-		}
-	}
+	targets := e.unboundOf(ctx, h, inode)
 	h, err = e.Update(id, func(r *checkpoint.Holder) {
 		r.Netns = inode
 		for i := range r.Services {
@@ -338,6 +335,9 @@ func (e *Engine) Bind(ctx context.Context, id string, ns Handle, mark func(*chec
 			mark(r)
 		}
 	})
+	if err == nil {
+		err = e.Save()
+	}
 	if err != nil {
 		_ = ns.Close()
 		return replaced, errors.Join(err, e.Unbind(ctx, id, inode))
@@ -347,10 +347,24 @@ func (e *Engine) Bind(ctx context.Context, id string, ns Handle, mark func(*chec
 	} else if _, err := e.fab.Bind(ctx, e.ns, id, ns, targets); err != nil {
 		return replaced, fmt.Errorf("%s: %w", h.String(), errors.Join(err, e.Unbind(ctx, id, inode)))
 	}
-	if err := e.Save(); err != nil {
-		return replaced, errors.Join(err, e.Unbind(ctx, id, inode))
-	}
 	return replaced, nil
+}
+
+// unboundOf are h's services still to bind to inode: those recorded
+// unbound, and those recorded as admitting it that the driver does not
+// show bound (a bind the agent's crash interrupted after its record was
+// written).
+func (e *Engine) unboundOf(ctx context.Context, h checkpoint.Holder, inode uint32) []Target {
+	var out []Target
+	for _, s := range h.Services {
+		if s.Netns == inode {
+			if svc, err := e.fab.Get(ctx, s.NIC, s.ID); err == nil && Admits(svc, inode) {
+				continue
+			}
+		}
+		out = append(out, Target{NIC: s.NIC, ID: s.ID})
+	}
+	return out
 }
 
 // renew replaces recorded service s of holder id by an unbound one on the
