@@ -155,8 +155,11 @@ manifests:
 ## checked in their own Go module (hack/monitoring: Prometheus's PromQL parser and rule
 ## engine, Grafana's foundation SDK): every rule expression and panel query parsed, every
 ## alert unit-tested on series that must fire it and series that must not, the dashboard
-## equal to a fresh build, and every metric and label they name exported by a live agent
-## and controller (the binaries built from this tree, started and scraped).
+## equal to a fresh build, and every metric and label they name exported by a live
+## controller and a live agent in each mode, device plugin and DRA (the binaries built
+## from this tree, started and scraped; the DRA agent with stand-ins for the API server,
+## the kubelet and the runtime's NRI). A DRA-mode agent driven into a failed checkpoint
+## write and into services stuck busy fires those alerts from the series it exports.
 MONITORING_DIR ?= hack/monitoring
 .PHONY: monitoring
 monitoring:

@@ -34,6 +34,13 @@ func (fs Families) add(name string, typ dto.MetricType, labels ...string) {
 	}
 }
 
+// merge adds other's families and labels to fs.
+func (fs Families) merge(other Families) {
+	for name, f := range other {
+		fs.add(name, f.Type, sortedKeys(f.Labels)...)
+	}
+}
+
 // ParseScrape reads a /metrics body in Prometheus's text format.
 func ParseScrape(r io.Reader, into Families) error {
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -85,9 +92,10 @@ func (fs Families) Series() map[string]map[string]bool {
 }
 
 // recorder is a prometheus.Registerer that keeps what components
-// declare, for the families of modes a test cannot run (leader election
-// and DRA need a Kubernetes API): a vector without children is declared
-// but not yet exported, and its label names are only in its Desc.
+// declare, for the families of a mode the live test does not run (the
+// controller's leader election needs a Kubernetes API): a vector without
+// children is declared but not yet exported, and its label names are only
+// in its Desc.
 type recorder struct {
 	fams Families
 }

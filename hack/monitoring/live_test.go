@@ -3,15 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,20 +23,44 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
 	"github.com/slingshot-k8s/slingshot/controller/leader"
-	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
+// modeOnly are the agent's families that one front end (--api) alone
+// exports, by name or, ending in "_", by prefix: the rest the agent
+// registers in both modes. The check below fails on a family listed here
+// that the other mode exports, or that this mode does not, so the list
+// cannot go stale.
+var modeOnly = map[string][]string{
+	// The device-plugin servers' own registry entries.
+	apiDevicePlugin: {"slingshot_agent_deviceplugin_"},
+	// The claims' operations, the NRI connection and the claim status
+	// writes (dra.NewMetrics).
+	apiDRA: {"slingshot_agent_dra_operation_seconds", "slingshot_agent_nri_connected", "slingshot_agent_dra_claim_status_writes_total"},
+}
+
+// onlyIn reports whether family is one that only mode api exports.
+func onlyIn(api, family string) bool {
+	return slices.ContainsFunc(modeOnly[api], func(p string) bool { return namedBy(p, family) })
+}
+
+// namedBy reports whether a modeOnly entry p names family.
+func namedBy(p, family string) bool {
+	return family == p || strings.HasSuffix(p, "_") && strings.HasPrefix(family, p)
+}
+
 // The rules and the dashboard name only metrics and labels that a live
-// agent and a live controller export: the real binaries, built from this
-// tree, are started (the controller without a Kubernetes API, the agent on
-// a generated sysfs with the simulated CXI driver and that controller),
-// and their /metrics scraped. Leader election and the DRA front end need
-// a Kubernetes API, which this test does not run: their families come
-// from the real components' own registration (leader.New and
-// dra.NewMetrics) instead.
+// agent in each mode and a live controller export: the real binaries,
+// built from this tree, are started (the controller without a Kubernetes
+// API; an agent serving the device plugin and one serving DRA, each on a
+// generated sysfs with the simulated CXI driver and that controller; see
+// startAgentNode), and their /metrics scraped. Every query is checked
+// against each mode's agent: a family both modes export must be exported
+// by each, with the labels the query uses; one only the other mode
+// exports (modeOnly) is taken from that mode's agent. Leader election
+// needs a Kubernetes API the controller does not have here: its families
+// come from the real component's own registration (leader.New) instead.
 func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 	rgs, err := LoadRules(root)
 	if err != nil {
@@ -46,103 +73,140 @@ func TestRulesAndDashboardNameExportedSeries(t *testing.T) {
 	queries := append(RuleQueries(rgs), panels...)
 
 	bin := buildBinaries(t)
-	// Not t.TempDir(): the kubelet socket paths under it would pass the
-	// 107 bytes a unix socket's path may have. Removed after the programs
-	// stop (cleanups run last first).
-	dir, err := os.MkdirTemp("", "slingshot-mon")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	// The controller serves gRPC, the hooks and /metrics.
-	ctrl := start(t, filepath.Join(bin, "slingshot-controller"), servingRE, 3,
-		"--no-kube", "--auth", "none", "--store", "sqlite", "--db", filepath.Join(dir, "controller.db"),
-		"--grpc-addr", "127.0.0.1:0", "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
-		"--ip-pools", "hsn0=10.150.0.0/16:/24", "--log-format", "text")
-	var grpcAddr, hooksAddr, ctrlMetrics string
-	for _, a := range ctrl.addrs {
-		switch {
-		case a.what == "grpc":
-			grpcAddr = a.addr
-		case answersMetrics(a.addr):
-			ctrlMetrics = a.addr
-		default:
-			hooksAddr = a.addr
-		}
-	}
-	if grpcAddr == "" || hooksAddr == "" || ctrlMetrics == "" {
-		t.Fatalf("controller serves %v: want gRPC, hooks and /metrics addresses", ctrl.addrs)
-	}
+	dir := shortTempDir(t)
+	ctrl := startController(t, bin, filepath.Join(dir, "controller"))
 	// A Job's VNI, leased through the sync hook as Metacontroller would
 	// ask, so that its namespace holds a lease: the namespace cap's fill is
 	// exported per namespace holding leases.
-	waitReady(t, ctrlMetrics, ctrl)
-	syncJob(t, hooksAddr)
-
-	truth, err := mocksysfs.Write(filepath.Join(dir, "machine"), mocksysfs.Spec{NICs: 2, Seed: 1})
-	if err != nil {
+	syncJob(t, ctrl.hooks)
+	apis := []string{apiDevicePlugin, apiDRA}
+	nodes := map[string]*agentNode{}
+	for i, api := range apis {
+		nodes[api] = startAgentNode(t, bin, filepath.Join(dir, api), api, "n"+strconv.Itoa(i+1), ctrl.grpc)
+	}
+	// A claim's life, prepared, bound at its pod's sandbox and
+	// unprepared: the DRA operations' histogram has series once one was
+	// measured.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := nodes[apiDRA].claimLife(ctx); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "agent.yaml")
-	// The CDI spec directory defaults to the host's /var/run/cdi.
-	if err := os.WriteFile(config, []byte("cdi: {specDir: "+filepath.Join(dir, "cdi")+"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{"kubelet", "state", "cdi"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	agent := start(t, filepath.Join(bin, "slingshot-agent"), agentServingRE, 1,
-		"--kubelet-dir", filepath.Join(dir, "kubelet"), "--sysfs-root", truth.SysRoot, "--dev-root", truth.DevRoot,
-		"--proc-root", truth.ProcRoot, "--state-dir", filepath.Join(dir, "state"), "--cxi-driver", "sim",
-		"--node-name", "n1", "--metrics-addr", "127.0.0.1:0", "--config", config, "--no-kube",
-		"--ipam-socket", filepath.Join(dir, "ipam.sock"), "--controller", grpcAddr, "--log-format", "text")
 
 	declared := &recorder{fams: Families{}}
-	if _, err := dra.NewMetrics(declared); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := leader.New(nil, leader.Config{Namespace: "ns", Name: "slingshot-controller", Identity: "a", Registerer: declared}); err != nil {
 		t.Fatal(err)
 	}
 
 	// Some series appear once the agent has heard from the controller
 	// (its IP pools): scrape until every query checks or the deadline.
-	var errs []error
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		fams := Families{}
-		for name, f := range declared.fams {
-			fams.add(name, f.Type, sortedKeys(f.Labels)...)
-		}
-		for _, addr := range []string{agent.addrs[0].addr, ctrlMetrics} {
-			if err := scrape(addr, fams); err != nil {
-				t.Fatal(err)
+	for i, api := range apis {
+		other := apis[1-i]
+		t.Run(api, func(t *testing.T) {
+			var errs []error
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				errs = errs[:0]
+				fams := Families{}
+				fams.merge(declared.fams)
+				if err := scrape(ctrl.metrics, fams); err != nil {
+					t.Fatal(err)
+				}
+				own, others := Families{}, Families{}
+				if err := scrape(nodes[api].metrics, own); err != nil {
+					t.Fatal(err)
+				}
+				if err := scrape(nodes[other].metrics, others); err != nil {
+					t.Fatal(err)
+				}
+				fams.merge(own)
+				for _, p := range modeOnly[api] {
+					if !slices.ContainsFunc(slices.Collect(maps.Keys(own)), func(f string) bool { return namedBy(p, f) }) {
+						errs = append(errs, fmt.Errorf("the agent exports no %s, listed as its mode's own", p))
+					}
+				}
+				for name, f := range others {
+					if !onlyIn(other, name) {
+						continue
+					}
+					if _, ok := own[name]; ok {
+						errs = append(errs, fmt.Errorf("the agent exports %s, listed as the %s mode's own", name, other))
+					}
+					fams[name] = f
+				}
+				for _, q := range queries {
+					errs = append(errs, Check(q, fams)...)
+				}
+				if len(errs) == 0 || time.Now().After(deadline) {
+					break
+				}
+				select {
+				case <-ctrl.proc.done:
+					t.Fatalf("the controller exited:\n%s", ctrl.proc.log())
+				case <-nodes[api].proc.done:
+					t.Fatalf("the %s agent exited", api) // its log follows (startAgentNode)
+				case <-nodes[other].proc.done:
+					t.Fatalf("the %s agent exited", other)
+				case <-time.After(200 * time.Millisecond): // the next scrape, not a wait for an event
+				}
 			}
-		}
-		errs = errs[:0]
-		for _, q := range queries {
-			errs = append(errs, Check(q, fams)...)
-		}
-		if len(errs) == 0 || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-agent.done:
-			t.Fatalf("the agent exited:\n%s", agent.log())
-		case <-ctrl.done:
-			t.Fatalf("the controller exited:\n%s", ctrl.log())
-		case <-time.After(200 * time.Millisecond): // the next scrape, not a wait for an event
+			for _, err := range errs {
+				t.Error(err)
+			}
+			t.Logf("%d rule and panel queries checked against the live controller and the %s agent", len(queries), api)
+		})
+	}
+}
+
+// shortTempDir is a directory for a test's programs, removed after them
+// (cleanups run last first). Not t.TempDir(): the kubelet socket paths
+// under a directory named for the test would pass the 107 bytes a unix
+// socket's path may have.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "slingshot-mon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// controllerProc is a running controller and the addresses it serves.
+type controllerProc struct {
+	proc                 *process
+	grpc, hooks, metrics string
+}
+
+// startController starts the controller without a Kubernetes API, its
+// state in a sqlite file under dir, and waits until it is ready.
+func startController(t *testing.T, bin, dir string) *controllerProc {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The controller serves gRPC, the hooks and /metrics.
+	p := start(t, filepath.Join(bin, "slingshot-controller"), servingRE, 3,
+		"--no-kube", "--auth", "none", "--store", "sqlite", "--db", filepath.Join(dir, "controller.db"),
+		"--grpc-addr", "127.0.0.1:0", "--hooks-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+		"--ip-pools", "hsn0=10.150.0.0/16:/24", "--log-format", "text")
+	c := &controllerProc{proc: p}
+	for _, a := range p.addrs {
+		switch {
+		case a.what == "grpc":
+			c.grpc = a.addr
+		case answersMetrics(a.addr):
+			c.metrics = a.addr
+		default:
+			c.hooks = a.addr
 		}
 	}
-	for _, err := range errs {
-		t.Error(err)
+	if c.grpc == "" || c.hooks == "" || c.metrics == "" {
+		t.Fatalf("controller serves %v: want gRPC, hooks and /metrics addresses", p.addrs)
 	}
-	if t.Failed() {
-		t.Logf("agent log:\n%s", agent.log())
-	}
-	t.Logf("%d rule and panel queries checked against the live agent and controller", len(queries))
+	// The controller refuses hook calls (429) while it loads its state.
+	waitReady(t, c.metrics, p)
+	return c
 }
 
 // The chart's ServiceMonitor gives the agent's series the node label the

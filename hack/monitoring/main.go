@@ -2,7 +2,7 @@
 // (deploy/helm/slingshot/monitoring/dashboard.json) from package
 // dashboard. The module's tests check it, and the chart's alerting rules,
 // against Prometheus's PromQL parser and rule engine and against a live
-// agent and controller.
+// controller and a live agent in each mode (device plugin and DRA).
 //
 // Usage (from this directory): go run . [-root ../..]
 package main
