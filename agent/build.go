@@ -475,6 +475,8 @@ func (a *parts) run(ctx context.Context) error {
 		return errors.Join(err, g.Wait())
 	}
 	defer a.fe.stop()
+	// The state gauges read the reconciled record, whichever front end.
+	a.reg.MustRegister(newStateCollector(a.b))
 	if a.lis != nil {
 		a.logger.Info("serving metrics, health and inspect", "addr", a.lis.Addr().String())
 		g.Go(a.serveHTTP)
@@ -508,8 +510,7 @@ func (a *parts) run(ctx context.Context) error {
 	return err
 }
 
-// reconcile brings the driver and the checkpoint together at start, and
-// registers the collectors that read the reconciled state.
+// reconcile brings the driver and the checkpoint together at start.
 func (a *parts) reconcile(ctx context.Context) error {
 	rep, err := a.b.Reconcile(ctx, reconcileOptions{cleanManaged: a.opts.CleanManaged, managedLo: a.managedLo, managedHi: a.managedHi})
 	if err != nil {
@@ -517,7 +518,6 @@ func (a *parts) reconcile(ctx context.Context) error {
 	}
 	a.logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
 		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
-	a.reg.MustRegister(newStateCollector(a.b))
 	return nil
 }
 

@@ -105,7 +105,6 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		}
 		return false
 	}
-	b.metrics.cleanupLatency.Observe(b.now().Sub(*entry.Exited).Seconds())
 	b.logger.Info("cleaned up pod", "pod", key, "vni", entry.VNI, "services", len(entry.Services))
 	return true
 }

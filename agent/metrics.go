@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
@@ -48,7 +47,7 @@ type metrics struct {
 // engine is the part of the metrics the bind engine counts, in both front
 // ends.
 func (m *metrics) engine() engine.Metrics {
-	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices}
+	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices, Teardown: m.cleanupLatency}
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -64,7 +63,7 @@ func newMetrics(now func() time.Time) *metrics {
 		}, []string{"result"}),
 		cleanupLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "slingshot_agent_cleanup_duration_seconds",
-			Help:    "Time from noticing a pod gone to its services destroyed and its VNI released.",
+			Help:    "Time from a pod seen gone, or a claim's unprepare, to its services destroyed and its VNI released.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}),
 		serviceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -208,7 +207,8 @@ func (m *metrics) countNudges(nudge func(resource string)) func(resource string)
 }
 
 // stateCollector exports gauges computed from the agent's state when
-// scraped: services per NIC, and pods by state.
+// scraped: services per NIC, and holders (pods, or claims in DRA mode)
+// by state.
 type stateCollector struct {
 	b        *binder
 	services *prometheus.Desc
@@ -218,8 +218,8 @@ type stateCollector struct {
 func newStateCollector(b *binder) *stateCollector {
 	return &stateCollector{
 		b:        b,
-		services: prometheus.NewDesc("slingshot_agent_services", "CXI services the agent holds for pods, by NIC.", []string{"nic"}, nil),
-		pods:     prometheus.NewDesc("slingshot_agent_pods", "Pods the agent serves, by state (running, cleanup).", []string{"state"}, nil),
+		services: prometheus.NewDesc("slingshot_agent_services", "CXI services the agent holds for pods or claims, by NIC.", []string{"nic"}, nil),
+		pods:     prometheus.NewDesc("slingshot_agent_pods", "Pods (device plugin) or claims (DRA) the agent serves, by state (running, cleanup).", []string{"state"}, nil),
 	}
 }
 
@@ -234,7 +234,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		perNIC[name] = 0
 	}
 	running, cleaning := 0, 0
-	for _, p := range c.b.eng.Holders(checkpoint.KindPod) {
+	for _, p := range c.b.eng.All() {
 		if p.Exited != nil {
 			cleaning++
 		} else {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
@@ -54,6 +56,7 @@ type Config struct {
 // across a call to the controller but the holder's own.
 type Engine struct {
 	node     string
+	teardown prometheus.Observer // nil: not measured
 	store    *checkpoint.Store
 	fab      *Fabric
 	leases   *Leases
@@ -83,7 +86,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		node: cfg.Node, store: cfg.Store, leases: NewLeases(cfg.Leaser),
 		ns:       &Namespaces{Pins: cfg.Pins, Log: cfg.Log},
-		defaults: cfg.Defaults, events: cfg.Events, log: cfg.Log, now: cfg.Now,
+		defaults: cfg.Defaults, events: cfg.Events, log: cfg.Log, now: cfg.Now, teardown: cfg.Metrics.Teardown,
 	}
 	e.fab = NewFabric(cfg.NICs, cfg.Metrics, cfg.Store.ForgetReused, cfg.Log)
 	for _, h := range cfg.Store.All() {
@@ -99,6 +102,9 @@ func (e *Engine) Lock(id string) func() { return e.locks.Lock(id) }
 
 // Get returns a copy of holder id's record.
 func (e *Engine) Get(id string) (checkpoint.Holder, bool) { return e.store.Get(id) }
+
+// All returns copies of every record, pods' and claims'.
+func (e *Engine) All() []checkpoint.Holder { return e.store.All() }
 
 // Holders returns copies of the records of kind.
 func (e *Engine) Holders(kind checkpoint.Kind) []checkpoint.Holder { return e.store.Holders(kind) }
@@ -499,6 +505,9 @@ func (e *Engine) Teardown(ctx context.Context, id string, undo func(checkpoint.H
 		h, _ = e.store.Get(id)
 		if e.release(ctx, h) {
 			e.store.Delete(id)
+			if e.teardown != nil && h.Exited != nil {
+				e.teardown.Observe(e.now().Sub(*h.Exited).Seconds())
+			}
 		} else {
 			errs = append(errs, fmt.Errorf("release VNI %d: the controller did not answer", h.VNI))
 		}

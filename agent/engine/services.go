@@ -49,6 +49,10 @@ type Metrics struct {
 	// Stuck counts destroys still busy (EBUSY) after a whole round of
 	// retries.
 	Stuck prometheus.Counter
+	// Teardown observes, in seconds, the time from a holder's teardown
+	// beginning (its record's Exited) to its record gone: services
+	// destroyed, lease released.
+	Teardown prometheus.Observer
 }
 
 // Fabric is the node's NICs as the engine drives them: the one place in
