@@ -215,7 +215,9 @@ func goBuild(dir, out string, args ...string) error {
 	// -trimpath: the worktree's path changes every run; without it every
 	// package built there would be built afresh rather than found in the
 	// build cache.
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-o", out}, args...)...)
+	// -buildvcs=false: the peers need no VCS stamp, and git's view of a
+	// fresh worktree is no business of theirs.
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-buildvcs=false", "-o", out}, args...)...)
 	cmd.Dir = dir
 	// The baseline's worktree is its own module: no workspace joins it
 	// to this one. Built as `make build` builds the binaries (static,
