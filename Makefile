@@ -95,7 +95,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command, exactly what .ci/run runs)
-check: test e2e validate-manifests monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
+check: test e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -144,6 +144,20 @@ validate-manifests: build
 	  if command -v file >/dev/null; then file $$b | grep -q 'statically linked' || { file $$b; echo "$$b: not static"; exit 1; }; fi; \
 	  echo "$$b: static"; \
 	done
+
+## compat: HEAD against the baseline release (docs/upgrade.md names it), in its
+## own Go module (hack/compat): a git worktree of the baseline commit from this
+## repository's history, one peer program built there and here, and random
+## checkpoint states (formats 1 to 3, snapshot and journal), controller API
+## messages, the agent's reading of the controller's answers and errors, and
+## user agents handed both ways; the CRDs compared. About a minute after
+## `make build` (whose build cache it shares). Needs git and the full history:
+## it fails, never skips, without them. COMPAT_FLAGS passes test flags, e.g.
+## COMPAT_FLAGS='-compat.seed=N' to repeat a failed run.
+COMPAT_FLAGS ?=
+.PHONY: compat
+compat:
+	cd hack/compat && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./... $(COMPAT_FLAGS)
 
 ## manifests: re-render deploy/manifests, the chart's crds/ and its README values table,
 ## and regenerate the chart's Grafana dashboard (hack/monitoring/dashboard)

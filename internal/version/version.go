@@ -21,7 +21,7 @@ import (
 // constants, because -X only sets variables.
 var (
 	// Version is the release, semantic versioning without a "v".
-	Version = "0.2.0"
+	Version = "0.3.0-dev"
 	// Commit is the source's git commit; empty: the one the go command
 	// stamped into the binary (vcs.revision), if any.
 	Commit = ""

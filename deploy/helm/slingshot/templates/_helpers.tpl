@@ -147,6 +147,13 @@ JSON list. */}}
 {{- if not (has .Values.agent.cxiDriver (list "uapi" "sim")) }}
 {{- fail (printf "agent.cxiDriver %q: want uapi or sim" .Values.agent.cxiDriver) }}
 {{- end }}
+{{- $cf := toString .Values.agent.checkpointFormat }}
+{{- if not (has $cf (list "3" "4")) }}
+{{- fail (printf "agent.checkpointFormat %q: want 3 (read by release 0.2.0) or 4" $cf) }}
+{{- end }}
+{{- if and (eq $cf "4") (ne (toString .Values.agent.checkpointFormatAllowNoRollback) "true") }}
+{{- fail "agent.checkpointFormat=4: the agents of release 0.2.0 cannot read a format 4 checkpoint. After a helm rollback (or any downgrade of the agents) to 0.2.0 every agent would refuse its checkpoint and not start, and the CXI services of running jobs would have no agent to clean them up or bind new pods. Keep 3 while a rollback to 0.2.0 may be needed; to write 4 anyway, also set agent.checkpointFormatAllowNoRollback=true. To go back to 0.2.0 later, first set agent.checkpointFormat=3 and wait for the agents' rollout (each rewrites its checkpoint in format 3 as it starts), then roll back (docs/upgrade.md)." }}
+{{- end }}
 {{- if and (eq .Values.agent.cxiDriver "uapi") (not .Values.agent.privileged) }}
 {{- fail "agent.privileged=false needs agent.cxiDriver=sim: an unprivileged container cannot open the host's /dev/cxiN" }}
 {{- end }}

@@ -1,0 +1,479 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/slingshot-k8s/slingshot/controller"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
+	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
+	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/internal/backoff"
+)
+
+func protoFile() ([]byte, error) {
+	b, err := proto.Marshal(protodesc.ToFileDescriptorProto(apiv1.File_controller_proto))
+	if err != nil {
+		return nil, fmt.Errorf("encode the API's descriptor: %w", err)
+	}
+	return b, nil
+}
+
+// jsonOpts say a message as the test compares it: proto field names and
+// enum numbers, so that a value is compared, not the name one side gives
+// it; unset fields left out.
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, UseEnumNumbers: true}
+
+// Message is one encoded message of the controller API: its full name,
+// its wire bytes and, from the peer that made it, its JSON.
+type Message struct {
+	Type string          `json:"type"`
+	Data []byte          `json:"data"`
+	JSON json.RawMessage `json:"json,omitempty"`
+}
+
+type genArgs struct {
+	Seed  uint64 `json:"seed"`
+	Count int    `json:"count"`
+	// Types to make, by full name; empty: every message of the API.
+	Types []string `json:"types,omitempty"`
+	// Exclude names fields (full names) left unset.
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// protoGen makes, for each message type of the API, an empty message and
+// Count random ones, from the seed.
+func protoGen(a genArgs) (any, error) {
+	rng := rand.New(rand.NewPCG(a.Seed, a.Seed^0x9e3779b97f4a7c15))
+	exclude := map[protoreflect.FullName]bool{}
+	for _, f := range a.Exclude {
+		exclude[protoreflect.FullName(f)] = true
+	}
+	var types []protoreflect.MessageDescriptor
+	if len(a.Types) == 0 {
+		msgs := apiv1.File_controller_proto.Messages()
+		for i := range msgs.Len() {
+			types = append(types, msgs.Get(i))
+		}
+	}
+	for _, name := range a.Types {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name))
+		if err != nil {
+			return nil, fmt.Errorf("message %s: %w", name, err)
+		}
+		types = append(types, mt.Descriptor())
+	}
+	var out []Message
+	for _, md := range types {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+		if err != nil {
+			return nil, fmt.Errorf("message %s: %w", md.FullName(), err)
+		}
+		for i := range a.Count + 1 {
+			m := mt.New()
+			if i > 0 { // the first one stays empty
+				fill(rng, m, 0, exclude)
+			}
+			data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.Interface())
+			if err != nil {
+				return nil, fmt.Errorf("encode %s: %w", md.FullName(), err)
+			}
+			js, err := jsonOpts.Marshal(m.Interface())
+			if err != nil {
+				return nil, fmt.Errorf("encode %s as JSON: %w", md.FullName(), err)
+			}
+			out = append(out, Message{Type: string(md.FullName()), Data: data, JSON: js})
+		}
+	}
+	return out, nil
+}
+
+// fill sets about two thirds of m's fields to random values, any field of
+// any message, so that a field added to the API is covered without a
+// change here.
+func fill(rng *rand.Rand, m protoreflect.Message, depth int, exclude map[protoreflect.FullName]bool) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if exclude[fd.FullName()] || rng.IntN(3) == 0 {
+			continue
+		}
+		switch {
+		case fd.IsList():
+			l := m.Mutable(fd).List()
+			for range rng.IntN(4) {
+				if fd.Message() != nil {
+					v := l.NewElement()
+					fill(rng, v.Message(), depth+1, exclude)
+					l.Append(v)
+				} else {
+					l.Append(scalar(rng, fd))
+				}
+			}
+		case fd.IsMap():
+			mp := m.Mutable(fd).Map()
+			for range rng.IntN(4) {
+				k := scalar(rng, fd.MapKey()).MapKey()
+				if fd.MapValue().Message() != nil {
+					v := mp.NewValue()
+					fill(rng, v.Message(), depth+1, exclude)
+					mp.Set(k, v)
+				} else {
+					mp.Set(k, scalar(rng, fd.MapValue()))
+				}
+			}
+		case fd.Message() != nil:
+			if depth < 4 {
+				fill(rng, m.Mutable(fd).Message(), depth+1, exclude)
+			}
+		default:
+			m.Set(fd, scalar(rng, fd))
+		}
+	}
+}
+
+// scalar is a random value of fd's kind, often an edge (zero, one, the
+// extremes).
+func scalar(rng *rand.Rand, fd protoreflect.FieldDescriptor) protoreflect.Value {
+	edge := rng.IntN(4) == 0
+	pick := func(edges ...uint64) uint64 { return edges[rng.IntN(len(edges))] }
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return protoreflect.ValueOfBool(rng.IntN(2) == 1)
+	case protoreflect.EnumKind:
+		vals := fd.Enum().Values()
+		if rng.IntN(8) == 0 {
+			// A number the enum does not declare (proto3 enums are
+			// open): what a newer peer's new value is to an older one.
+			return protoreflect.ValueOfEnum(protoreflect.EnumNumber(vals.Len() + rng.IntN(100)))
+		}
+		return protoreflect.ValueOfEnum(vals.Get(rng.IntN(vals.Len())).Number())
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		if edge {
+			return protoreflect.ValueOfInt32([]int32{0, 1, -1, math.MaxInt32, math.MinInt32}[rng.IntN(5)])
+		}
+		return protoreflect.ValueOfInt32(int32(rng.Uint32()))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		if edge {
+			return protoreflect.ValueOfInt64([]int64{0, 1, -1, math.MaxInt64, math.MinInt64}[rng.IntN(5)])
+		}
+		return protoreflect.ValueOfInt64(int64(rng.Uint64()))
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		if edge {
+			return protoreflect.ValueOfUint32(uint32(pick(0, 1, math.MaxUint16, math.MaxUint16+1, math.MaxUint32)))
+		}
+		return protoreflect.ValueOfUint32(rng.Uint32())
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if edge {
+			return protoreflect.ValueOfUint64(pick(0, 1, math.MaxUint32, math.MaxUint64))
+		}
+		return protoreflect.ValueOfUint64(rng.Uint64())
+	case protoreflect.FloatKind:
+		return protoreflect.ValueOfFloat32(float32(rng.NormFloat64()))
+	case protoreflect.DoubleKind:
+		return protoreflect.ValueOfFloat64(rng.NormFloat64() * 1e6)
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString(randString(rng))
+	case protoreflect.BytesKind:
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return protoreflect.ValueOfBytes(b)
+	}
+	panic(fmt.Sprintf("field %s: kind %v", fd.FullName(), fd.Kind()))
+}
+
+// runes are what random strings are made of: names as Kubernetes writes
+// them, and what JSON and protobuf must carry unharmed (quotes,
+// backslashes, HTML, line separators, characters outside ASCII).
+var runes = []rune("abcdefghijklmnopqrstuvwxyz0123456789-./:= \"\\<>&\u00e9\u4e16\u2028\U0001F680")
+
+func randString(rng *rand.Rand) string {
+	r := make([]rune, rng.IntN(14))
+	for i := range r {
+		r[i] = runes[rng.IntN(len(runes))]
+	}
+	return string(r)
+}
+
+type protoDecodeArgs struct {
+	Messages []Message `json:"messages"`
+}
+
+// Decoded message: its JSON, whether it had fields this tree does not
+// know, or why it could not be read.
+type DecodedMessage struct {
+	JSON    json.RawMessage `json:"json,omitempty"`
+	Unknown bool            `json:"unknown,omitempty"`
+	Err     string          `json:"err,omitempty"`
+}
+
+func protoDecode(a protoDecodeArgs) (any, error) {
+	out := make([]DecodedMessage, len(a.Messages))
+	for i, msg := range a.Messages {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(msg.Type))
+		if err != nil {
+			out[i].Err = fmt.Sprintf("message %s: %v", msg.Type, err)
+			continue
+		}
+		m := mt.New().Interface()
+		if err := proto.Unmarshal(msg.Data, m); err != nil {
+			out[i].Err = fmt.Sprintf("decode %s: %v", msg.Type, err)
+			continue
+		}
+		js, err := jsonOpts.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s as JSON: %w", msg.Type, err)
+		}
+		out[i] = DecodedMessage{JSON: js, Unknown: hasUnknown(m.ProtoReflect())}
+	}
+	return out, nil
+}
+
+// hasUnknown reports whether m or a message in it holds fields its type
+// does not declare.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			for i := range v.List().Len() {
+				found = found || hasUnknown(v.List().Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = found || hasUnknown(mv.Message())
+				return !found
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			found = hasUnknown(v.Message())
+		}
+		return !found
+	})
+	return found
+}
+
+type ctlErrorsArgs struct {
+	Seed  uint64 `json:"seed"`
+	Count int    `json:"count"`
+}
+
+// CtlError is an error of the controller's API as it travels: the
+// google.rpc.Status that gRPC carries in its trailer.
+type CtlError struct {
+	Kind   string `json:"kind"`
+	Status []byte `json:"status"`
+}
+
+// ctlErrors makes Count errors of every kind the controller's API
+// returns, with random details, as the controller's gRPC server sends
+// them (grpcapi.Status).
+func ctlErrors(a ctlErrorsArgs) (any, error) {
+	rng := rand.New(rand.NewPCG(a.Seed, a.Seed^0xd1b54a32d192ed03))
+	word := func() string { return randString(rng) + "x" }
+	kinds := []struct {
+		kind string
+		make func() error
+	}{
+		{"field", func() error { return &controller.FieldError{Field: word(), Reason: word()} }},
+		{"exhausted", func() error {
+			return &controller.ExhaustedError{Resource: word(), Range: word(), Capacity: rng.IntN(1 << 20),
+				Err: fmt.Errorf("%w: %s", controller.ErrExhausted, word())}
+		}},
+		{"taken", func() error {
+			slice := fmt.Sprintf("10.%d.%d.0/24", rng.IntN(256), rng.IntN(256))
+			if rng.IntN(2) == 0 {
+				first := 1024 + rng.IntN(60000)
+				slice = fmt.Sprintf("%d-%d", first, first+63)
+			}
+			return &slices.TakenError{Pool: word(), Index: rng.IntN(1 << 16), Slice: slice, Node: word()}
+		}},
+		{"invalid", func() error { return fmt.Errorf("%w: %s", controller.ErrInvalidArgument, word()) }},
+		{"unavailable", func() error { return fmt.Errorf("%w: %s", controller.ErrUnavailable, word()) }},
+		{"notfound", func() error { return fmt.Errorf("%w: %s", controller.ErrNotFound, word()) }},
+		{"ownergone", func() error { return fmt.Errorf("%w: %s", controller.ErrOwnerGone, word()) }},
+		{"nonode", func() error { return fmt.Errorf("%w: %s", auth.ErrNoNode, word()) }},
+		{"wrongnode", func() error { return fmt.Errorf("%w: %s", auth.ErrWrongNode, word()) }},
+		{"internal", func() error { return errors.New(word()) }},
+		{"canceled", func() error { return fmt.Errorf("%s: %w", word(), context.Canceled) }},
+		{"deadline", func() error { return fmt.Errorf("%s: %w", word(), context.DeadlineExceeded) }},
+	}
+	var out []CtlError
+	for range a.Count {
+		for _, k := range kinds {
+			st := status.Convert(grpcapi.Status(k.make()))
+			b, err := proto.Marshal(st.Proto())
+			if err != nil {
+				return nil, fmt.Errorf("encode status: %w", err)
+			}
+			out = append(out, CtlError{Kind: k.kind, Status: b})
+		}
+	}
+	return out, nil
+}
+
+// sentinels are controllerclient's errors that an agent acts on, by name.
+var sentinels = []struct {
+	name string
+	err  error
+}{
+	{"ErrUnavailable", controllerclient.ErrUnavailable},
+	{"ErrExhausted", controllerclient.ErrExhausted},
+	{"ErrInvalidArgument", controllerclient.ErrInvalidArgument},
+	{"ErrNotFound", controllerclient.ErrNotFound},
+	{"ErrOwnerGone", controllerclient.ErrOwnerGone},
+	{"ErrDenied", controllerclient.ErrDenied},
+	{"ErrNoPodVNIPool", controllerclient.ErrNoPodVNIPool},
+	{"ErrSliceTaken", controllerclient.ErrSliceTaken},
+	{"ErrReleaseRefused", controllerclient.ErrReleaseRefused},
+}
+
+func leaseSchema() []SchemaPath {
+	var out []SchemaPath
+	schemaOf(reflect.TypeFor[controllerclient.Lease](), "", false, &out)
+	return out
+}
+
+func sentinelNames() []string {
+	out := make([]string, len(sentinels))
+	for i, s := range sentinels {
+		out[i] = s.name
+	}
+	return out
+}
+
+type clientArgs struct {
+	// Leases are JobVNILease messages, Statuses google.rpc.Status
+	// messages, both encoded, as a controller answers AcquireJobVNI.
+	Leases   [][]byte `json:"leases"`
+	Statuses [][]byte `json:"statuses"`
+}
+
+// ClientLease is what the agent's controller client made of an answer.
+type ClientLease struct {
+	Lease json.RawMessage `json:"lease,omitempty"`
+	Err   string          `json:"err,omitempty"`
+}
+
+// ClientError is how the agent's controller client classifies an error.
+type ClientError struct {
+	Code       string            `json:"code"`
+	Reason     string            `json:"reason,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Sentinels  []string          `json:"sentinels"`
+	SliceTaken *SliceTaken       `json:"sliceTaken,omitempty"`
+}
+
+// SliceTaken is a controllerclient.SliceTakenError's content.
+type SliceTaken struct {
+	Pool   string `json:"pool"`
+	Index  int    `json:"index"`
+	Node   string `json:"node"`
+	Prefix string `json:"prefix"`
+}
+
+type clientResult struct {
+	Leases []ClientLease `json:"leases"`
+	Errors []ClientError `json:"errors"`
+}
+
+// answer is a controller that answers AcquireJobVNI with one encoded
+// lease or status, decoded here as this tree's gRPC client would; the
+// client calls nothing else for a lease the controller made.
+type answer struct {
+	apiv1.ControllerClient
+	lease  []byte
+	status *spb.Status
+}
+
+func (a answer) AcquireJobVNI(context.Context, *apiv1.AcquireJobVNIRequest, ...grpc.CallOption) (*apiv1.JobVNILease, error) {
+	if a.status != nil {
+		return nil, status.ErrorProto(a.status)
+	}
+	l := &apiv1.JobVNILease{}
+	if err := proto.Unmarshal(a.lease, l); err != nil {
+		return nil, fmt.Errorf("decode lease: %w", err)
+	}
+	return l, nil
+}
+
+// acquire asks the client for a lease from api, once, without retries.
+func acquire(ctx context.Context, api apiv1.ControllerClient) (controllerclient.Lease, error) {
+	c, err := controllerclient.New(api, controllerclient.Options{Node: "node-a", Retry: backoff.Policy{Attempts: 1}})
+	if err != nil {
+		return controllerclient.Lease{}, err
+	}
+	defer c.Close()
+	// A lease from the node's own slice would wait for the pool, which
+	// nothing fills here: the test leaves from_node_slice out, and this
+	// bounds a mistake.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.AcquireJobVNI(ctx, controllerclient.PodRef{Namespace: "ns", Name: "pod"})
+}
+
+func clientRead(ctx context.Context, a clientArgs) (any, error) {
+	res := clientResult{Leases: []ClientLease{}, Errors: []ClientError{}}
+	for _, b := range a.Leases {
+		l, err := acquire(ctx, answer{lease: b})
+		if err != nil {
+			res.Leases = append(res.Leases, ClientLease{Err: err.Error()})
+			continue
+		}
+		js, err := json.Marshal(l)
+		if err != nil {
+			return nil, fmt.Errorf("encode lease: %w", err)
+		}
+		res.Leases = append(res.Leases, ClientLease{Lease: js})
+	}
+	for _, b := range a.Statuses {
+		st := &spb.Status{}
+		if err := proto.Unmarshal(b, st); err != nil {
+			return nil, fmt.Errorf("decode status: %w", err)
+		}
+		_, err := acquire(ctx, answer{status: st})
+		if err == nil {
+			return nil, fmt.Errorf("status %v: the client saw no error", st)
+		}
+		ce := ClientError{Code: status.Code(err).String(), Sentinels: []string{}}
+		var e *controllerclient.Error
+		if errors.As(err, &e) {
+			ce.Code, ce.Reason, ce.Metadata = e.Code.String(), e.Reason, e.Metadata
+		}
+		for _, s := range sentinels {
+			if errors.Is(err, s.err) {
+				ce.Sentinels = append(ce.Sentinels, s.name)
+			}
+		}
+		var taken *controllerclient.SliceTakenError
+		if errors.As(err, &taken) {
+			ce.SliceTaken = &SliceTaken{Pool: taken.Pool, Index: taken.Index, Node: taken.Node}
+			if taken.Prefix.IsValid() {
+				ce.SliceTaken.Prefix = taken.Prefix.String()
+			}
+		}
+		res.Errors = append(res.Errors, ce)
+	}
+	return res, nil
+}
