@@ -364,6 +364,11 @@ func (a *parts) buildUnits(f *pluginFront) error {
 // buildState opens the agent's checkpoint and its controller client.
 func (a *parts) buildState(ctx context.Context) error {
 	store, err := checkpoint.Open(filepath.Join(a.opts.StateDir, CheckpointName), a.opts.NodeName, a.opts.CheckpointFormat)
+	if errors.Is(err, checkpoint.ErrVersion) {
+		// Not damage: a newer agent wrote it. Moving it aside would orphan
+		// every service it names.
+		return fmt.Errorf("agent checkpoint written by a newer agent (do not move it aside: it names the running pods' services; roll the agent forward again, or start the newer agent once with --checkpoint-format=%d, the chart's agent.checkpointFormat, and then roll back): %w", checkpoint.DefaultFormat, err)
+	}
 	if err != nil {
 		return fmt.Errorf("agent checkpoint (move it aside to start afresh, after checking the services with inspect): %w", err)
 	}

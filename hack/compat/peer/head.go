@@ -23,9 +23,9 @@ import (
 // the baseline must read. A format added here is checked against the
 // baseline too: it must read it or refuse it as a version it does not
 // know, never misread it.
-var writeFormats = []int{3}
+var writeFormats = []int{checkpoint.DefaultFormat, checkpoint.Version}
 
-const defaultFormat = 3
+const defaultFormat = checkpoint.DefaultFormat
 
 // stateFromMeaning makes HEAD's state of a format 3 meaning the way HEAD
 // reads any file: through [checkpoint.Unmarshal].
@@ -43,10 +43,7 @@ func stateFromMeaning(data json.RawMessage) (*checkpoint.State, error) {
 func stateSchema() []SchemaPath { return nil }
 
 func writeSnapshot(path string, st *checkpoint.State, format int) error {
-	if format != 3 {
-		return fmt.Errorf("format %d: no writer", format)
-	}
-	return checkpoint.Save(path, st)
+	return checkpoint.Save(path, st, format)
 }
 
 // writeStore leaves the files as a running agent does: the state saved,
@@ -56,7 +53,7 @@ func writeStore(path, node string, st *checkpoint.State, format int) error {
 	if err := writeSnapshot(path, st, format); err != nil {
 		return err
 	}
-	s, err := checkpoint.Open(path, node)
+	s, err := checkpoint.Open(path, node, format)
 	if err != nil {
 		return err
 	}
@@ -66,7 +63,7 @@ func writeStore(path, node string, st *checkpoint.State, format int) error {
 // openMeaning opens the store as the agent does at start and returns the
 // meaning of what it holds.
 func openMeaning(path, node string) (json.RawMessage, error) {
-	s, err := checkpoint.Open(path, node)
+	s, err := checkpoint.Open(path, node, defaultFormat)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +72,7 @@ func openMeaning(path, node string) (json.RawMessage, error) {
 
 // meaningOf is the state's format 3 meaning: what HEAD writes by default.
 func meaningOf(st *checkpoint.State) (json.RawMessage, error) {
-	b, err := checkpoint.Marshal(st)
+	b, err := checkpoint.Marshal(st, 3)
 	if err != nil {
 		return nil, err
 	}
