@@ -19,7 +19,12 @@ import (
 // pods or more.
 func TestAgentKilledSandboxesMadeAgain(t *testing.T) {
 	env.AgentDownSandboxesRemade(t, env.TestNamespace(t, "remade"), cluster.SandboxRemake{
-		Pods: func(*testing.T, string) []*corev1.Pod {
+		Pods: func(t *testing.T, _ string) []*corev1.Pod {
+			// Shares of both NICs free: earlier tests' pods may still hold
+			// one NIC's, and a pod of two would get two shares of the other.
+			if err := env.WaitNICsFree(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			return []*corev1.Pod{
 				cluster.AlwaysRestarting(cluster.Job("two", 1, 2)),
 				cluster.AlwaysRestarting(cluster.Job("one-a", 1, 1)),
