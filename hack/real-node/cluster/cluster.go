@@ -78,6 +78,13 @@ type Options struct {
 	// API is the agent's front end, APIDevicePlugin (default) or APIDRA:
 	// the chart's api value (dra.go).
 	API string
+	// PinNetns runs the agent privileged, as the chart's production
+	// default does: the chart then passes --pin-netns and mounts the state
+	// directory with Bidirectional propagation, so that the agent's
+	// namespace pins (agent/netns/pin) outlive its container. Setup makes
+	// the state directory a shared mount of the node's mount namespace
+	// first, as the runtime requires for Bidirectional. One node only.
+	PinNetns bool
 	// Values are merged over the chart values Setup sets.
 	Values map[string]any
 	// AgentArgs are added to the agent's command line (agent.extraArgs).
@@ -185,6 +192,11 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	o.logf("cluster: images imported in %s", time.Since(start).Round(time.Millisecond))
 	if err := e.createSecrets(ctx); err != nil {
 		return e, err
+	}
+	if o.PinNetns {
+		if err := shareStateDir(e.StateDir); err != nil {
+			return e, err
+		}
 	}
 	start = time.Now()
 	e.Release = &install.Release{
@@ -322,6 +334,9 @@ func (o *Options) defaults() error {
 	if o.Nodes == 0 {
 		o.Nodes = 1
 	}
+	if o.PinNetns && o.Nodes > 1 {
+		return errors.New("cluster: PinNetns needs one node: each node of a cluster has a mount namespace of its own, where its state directory would have to be shared")
+	}
 	switch o.API {
 	case "":
 		o.API = APIDevicePlugin
@@ -369,6 +384,25 @@ func writeMachine(dir string, nics int, seed int64) (*mocksysfs.Truth, error) {
 		}
 	}
 	return truth, nil
+}
+
+// shareStateDir makes the agent's state directory a mount point of its
+// own with shared propagation, in the node's mount namespace (this
+// process's): containerd refuses a Bidirectional mount whose source is not
+// on a shared mount ("is not a shared mount"), and the node's namespaces
+// were made with private propagation (node.Enter). The mount ends with
+// the node's namespace.
+func shareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", dir, err)
+	}
+	return nil
 }
 
 func (e *Env) importImages(ctx context.Context, bin string) error {
@@ -443,8 +477,9 @@ func (e *Env) values() map[string]any {
 		// Images imported into containerd, never pulled.
 		"image": map[string]any{"registry": Registry, "tag": Tag, "pullPolicy": "Never"},
 		"agent": map[string]any{
-			// The simulated driver on the mock tree (development values).
-			"cxiDriver": "sim", "privileged": false,
+			// The simulated driver on the mock tree (development values),
+			// unprivileged but with PinNetns.
+			"cxiDriver": "sim", "privileged": e.opts.PinNetns,
 			"sysfsPath": at(e.Machine.SysRoot), "devPath": at(e.Machine.DevRoot),
 			// Every host path under the node's root.
 			"kubeletDir": at(n.KubeletDir), "cdiDir": at(n.CDIDir), "stateDir": at(e.StateDir),
@@ -488,8 +523,8 @@ func (e *Env) values() map[string]any {
 	if e.opts.HSNInterface {
 		agent := v["agent"].(map[string]any)
 		agent["hsnInterface"] = map[string]any{"enabled": true, "mode": "macvlan", "name": HSNInterface, "pool": IPPool}
-		// The agent stays unprivileged: with the hsn interface on, the
-		// chart adds CAP_NET_ADMIN, which making the links needs.
+		// Unprivileged, the agent gets CAP_NET_ADMIN from the chart with
+		// the hsn interface on, which making the links needs.
 		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
 	}
 	e.setAPIValues(v)

@@ -9,9 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 )
@@ -161,4 +165,63 @@ func netnsPaths() (map[uint32]string, error) {
 		}
 	}
 	return paths, nil
+}
+
+// HoldFreeInodes takes every namespace inode the kernel has free up to
+// top and holds it until release: it makes UTS namespaces, each held by a
+// descriptor, until the kernel hands out one above top. The kernel gives
+// a new namespace of any type the lowest free inode (proc_alloc_inum), so
+// until release the next namespaces made, a pod's new network namespace
+// among them, get the inodes freed after this call, lowest first: those
+// of namespaces that end meanwhile, such as a dead sandbox's. That is
+// when a service that names a freed namespace's inode would admit another
+// pod's. It makes at most limit namespaces, and returns how many it
+// holds. release may be called more than once.
+func HoldFreeInodes(top uint32, limit int) (held int, release func(), err error) {
+	type result struct {
+		files []*os.File
+		last  uint32
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// The thread's UTS namespace changes: the goroutine ends with its
+		// thread locked, so that the runtime ends the thread with it.
+		runtime.LockOSThread()
+		var r result
+		defer func() { done <- r }()
+		for len(r.files) < limit && r.last <= top {
+			if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+				r.err = fmt.Errorf("unshare a UTS namespace: %w", err)
+				return
+			}
+			f, err := os.Open("/proc/thread-self/ns/uts")
+			if err != nil {
+				r.err = err
+				return
+			}
+			r.files = append(r.files, f)
+			var st unix.Stat_t
+			if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+				r.err = fmt.Errorf("stat a UTS namespace: %w", err)
+				return
+			}
+			r.last = uint32(st.Ino)
+		}
+	}()
+	r := <-done
+	release = sync.OnceFunc(func() {
+		for _, f := range r.files {
+			f.Close()
+		}
+	})
+	switch {
+	case r.err != nil:
+		release()
+		return 0, nil, r.err
+	case r.last <= top:
+		release()
+		return 0, nil, fmt.Errorf("hold the free namespace inodes up to %d: %d namespaces made, the last %d", top, len(r.files), r.last)
+	}
+	return len(r.files), release, nil
 }

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 			// Every pod holding a NIC gets an hsn interface: the other tests'
 			// pods go through that path too (TestHSNInterfaceTCP).
 			HSNInterface: true,
+			// The agent privileged, as the chart's production default: it
+			// pins the namespaces its services admit, and the pins outlive
+			// it (TestAgentKilledSandboxesMadeAgain).
+			PinNetns: true,
 			// A service kept busy taints the node soon, and is retried
 			// often once free (TestCleanupStuckTaintsNode); BULK_DATA for
 			// one namespace (TestServiceOptions); pods that ask for no

@@ -38,8 +38,10 @@ func TestMain(m *testing.M) {
 		// A short grace, so that TestDRAKubeletLostClaimState sees the
 		// agent collect a claim the kubelet forgot within the test.
 		// BULK_DATA and the storage VNI for one namespace
-		// (TestDRAServiceOptions).
-		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
+		// (TestDRAServiceOptions). The agent privileged, as the chart's
+		// production default: it pins the namespaces its services admit,
+		// and the pins outlive it (TestDRAAgentKilledSandboxesMadeAgain).
+		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, PinNetns: true, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
 			Values: map[string]any{"agent": map[string]any{"config": map[string]any{"jobOptions": cluster.JobOptions(hpcNamespace)}}}}
 	}, func(e *cluster.Env) { env = e }))
 }
