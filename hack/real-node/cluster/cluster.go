@@ -200,6 +200,10 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	} else if o.InstallBaseline {
 		return nil, errors.New("cluster: InstallBaseline without a Baseline")
 	}
+	o.logf("cluster: HEAD is %s, commit %s", head.Version, head.Commit)
+	if baseline != nil {
+		o.logf("cluster: the baseline is %s, commit %s, its images tagged %s", baseline.Version, baseline.Commit, baseline.Tag)
+	}
 	e, err := startNodes(ctx, o)
 	if err != nil {
 		return e, err
