@@ -157,7 +157,7 @@ func Build(ctx context.Context, o Options) error {
 	}
 	bin := filepath.Join(o.Root, "bin")
 	start := time.Now()
-	if err := images.BuildStatic(ctx, o.RepoDir, bin, projectCommands...); err != nil {
+	if err := images.BuildStaticLD(ctx, o.RepoDir, bin, commitLDFlags(ctx, o.RepoDir), projectCommands...); err != nil {
 		return err
 	}
 	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
@@ -203,6 +203,9 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 	o.logf("cluster: HEAD is %s, commit %s", head.Version, head.Commit)
 	if baseline != nil {
 		o.logf("cluster: the baseline is %s, commit %s, its images tagged %s", baseline.Version, baseline.Commit, baseline.Tag)
+		if baseline.Commit == head.Commit {
+			o.logf("cluster: HEAD is the baseline's commit: its upgrades move between two builds of one source")
+		}
 	}
 	e, err := startNodes(ctx, o)
 	if err != nil {

@@ -102,6 +102,22 @@ func buildSource(ctx context.Context, src, commit, out string) error {
 	return nil
 }
 
+// commitLDFlags stamp the binaries of the working tree at repoDir with
+// its commit, as the Makefile's builds do ("-dirty" when tracked files
+// changed), so that slingshot_build_info tells HEAD's build from the
+// baseline's (the go command's own VCS stamp may be off: -buildvcs=false);
+// none where git cannot say, which only a baseline needs.
+func commitLDFlags(ctx context.Context, repoDir string) string {
+	commit, err := git(ctx, repoDir, "rev-parse", "HEAD")
+	if err != nil {
+		return ""
+	}
+	if _, err := git(ctx, repoDir, "diff", "--quiet", "HEAD", "--"); err != nil {
+		commit += "-dirty"
+	}
+	return "-X " + versionPkg + ".Commit=" + commit
+}
+
 // git runs git in dir and returns its trimmed output.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
