@@ -249,7 +249,8 @@ e2e-node-kubectl: real-node-bin
 ## upgraded to HEAD and rolled back with its own chart as docs/upgrade.md
 ## says, pods of two Jobs keeping their services, environment and VNI
 ## throughout; HEAD's controller with the baseline's agent and the
-## reverse, on the sqlite and the Kubernetes store. About 5 minutes.
+## reverse, on the sqlite and the Kubernetes store. About 5 to 7 minutes
+## on 2 cores (a minute of it building both releases).
 ## E2E_NODE_FLAGS as for e2e-node.
 .PHONY: e2e-node-upgrade
 e2e-node-upgrade: real-node-bin

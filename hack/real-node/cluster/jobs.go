@@ -221,8 +221,8 @@ func (e *Env) RunJobToCompletion(ctx context.Context, ns string, job *batchv1.Jo
 	return pods, nil
 }
 
-// ScaleJob sets the Job's parallelism to pods, as `kubectl scale job`
-// did: the Job controller starts pods up to it while completions remain.
+// ScaleJob sets the Job's parallelism to pods: the Job controller starts
+// pods up to it while completions remain.
 func (e *Env) ScaleJob(ctx context.Context, ns, name string, pods int) error {
 	patch := fmt.Appendf(nil, `{"spec":{"parallelism":%d}}`, pods)
 	if _, err := e.Node.Client.BatchV1().Jobs(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {

@@ -109,36 +109,51 @@ func (e *Env) ResumeController(ctx context.Context) error {
 // WaitRuns waits (up to three minutes) until every node's agent runs
 // agent's build and the controller runs controller's: each of their pods
 // is Ready, not terminating, on the build's image, and its
-// slingshot_build_info names the build's version and commit.
+// slingshot_build_info names the build's version and commit. A container
+// of theirs in CrashLoopBackOff ends the wait at once: a build that
+// cannot start (a checkpoint or a store it refuses) does not come up by
+// waiting, and its log is in the error.
 func (e *Env) WaitRuns(ctx context.Context, agent, controller *Source) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = e.runs(ctx, agent, controller)
-		return last == "", nil
+		var err error
+		last, err = e.runs(ctx, agent, controller)
+		return last == "", err
 	})
+	if err != nil && last != "" {
+		err = fmt.Errorf("%w (last: %s)", err, last)
+	}
 	if err != nil {
-		return fmt.Errorf("the agent of %s and the controller of %s running: %w (last: %s)\n%s", agent, controller, err, last, e.Describe(ctx))
+		return fmt.Errorf("the agent of %s and the controller of %s running: %w\n%s", agent, controller, err, e.Describe(ctx))
 	}
 	return nil
 }
 
 // runs says how the running agents and controller differ from the
-// builds agent and controller, "" when they do not.
-func (e *Env) runs(ctx context.Context, agent, controller *Source) string {
+// builds agent and controller, "" when they do not; its error is a
+// container in CrashLoopBackOff.
+func (e *Env) runs(ctx context.Context, agent, controller *Source) (string, error) {
 	c := e.Node.Client.CoreV1().Pods(Namespace)
 	agents, err := c.List(ctx, metav1.ListOptions{LabelSelector: AgentSelector})
 	if err != nil {
-		return err.Error()
-	}
-	if len(agents.Items) != len(e.Nodes()) {
-		return fmt.Sprintf("%d agent pods, want %d", len(agents.Items), len(e.Nodes()))
+		return err.Error(), nil
 	}
 	ctrls, err := c.List(ctx, metav1.ListOptions{LabelSelector: ControllerSelector})
 	if err != nil {
-		return err.Error()
+		return err.Error(), nil
+	}
+	for _, p := range append(agents.Items, ctrls.Items...) {
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+				return "", fmt.Errorf("pod %s: container %s in CrashLoopBackOff (%d restarts)", p.Name, cs.Name, cs.RestartCount)
+			}
+		}
+	}
+	if len(agents.Items) != len(e.Nodes()) {
+		return fmt.Sprintf("%d agent pods, want %d", len(agents.Items), len(e.Nodes())), nil
 	}
 	if len(ctrls.Items) == 0 {
-		return "no controller pod"
+		return "no controller pod", nil
 	}
 	check := func(pods []corev1.Pod, container string, src *Source, image string, port int) string {
 		for _, p := range pods {
@@ -156,9 +171,9 @@ func (e *Env) runs(ctx context.Context, agent, controller *Source) string {
 		return ""
 	}
 	if what := check(agents.Items, "agent", agent, agent.AgentImage(), AgentPort); what != "" {
-		return what
+		return what, nil
 	}
-	return check(ctrls.Items, "controller", controller, controller.ControllerImage(), ControllerMetricsPort)
+	return check(ctrls.Items, "controller", controller, controller.ControllerImage(), ControllerMetricsPort), nil
 }
 
 // runsImage says how the pod differs from one that is Ready, not
