@@ -95,7 +95,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command, exactly what .ci/run runs)
-check: test e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi
+check: test e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi e2e-node-upgrade
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -258,6 +258,21 @@ e2e-node: real-node-bin
 e2e-node-kubectl: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2ekubectl $(E2E_NODE_FLAGS)
+
+## e2e-node-upgrade: upgrades, rollbacks and version skew on the same kind
+## of node (hack/real-node/e2eupgrade): the baseline release, built by the
+## test from its commit in the repository's history (a git worktree; the
+## test fails without git or that commit, e.g. in a shallow clone),
+## upgraded to HEAD and rolled back with its own chart as docs/upgrade.md
+## says, pods of two Jobs keeping their services, environment and VNI
+## throughout; HEAD's controller with the baseline's agent and the
+## reverse, on the sqlite and the Kubernetes store. About 5 to 7 minutes
+## on 2 cores (a minute of it building both releases).
+## E2E_NODE_FLAGS as for e2e-node.
+.PHONY: e2e-node-upgrade
+e2e-node-upgrade: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2eupgrade $(E2E_NODE_FLAGS)
 
 ## e2e-node-dra: the agent's DRA front end on the same kind of node
 ## (hack/real-node/e2edra, chart value api=dra): the node's ResourceSlice,

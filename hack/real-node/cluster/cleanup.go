@@ -15,6 +15,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
 
@@ -121,6 +122,45 @@ func (e *Env) DriverServicesGone(svcs []simstate.Service) Leftover {
 		for _, s := range svcs {
 			if _, ok, err := simstate.Find(e.SimStateDir, s.NIC, s.ID); ok || err != nil {
 				return fmt.Sprintf("service %s/%d still in the driver (%v)", s.NIC, s.ID, err), nil
+			}
+		}
+		return "", nil
+	}
+}
+
+// DriverEmpty is cleanup as the driver sees it when no pod holds a NIC:
+// no service left on any NIC of the node but the driver's own, the
+// default service and system services.
+func (e *Env) DriverEmpty() Leftover {
+	return func(context.Context) (string, error) {
+		svcs, err := e.DriverServices()
+		if err != nil {
+			return "", err
+		}
+		var left []string
+		for _, s := range svcs {
+			if s.ID != uapi.DefaultSvcID && !s.System {
+				left = append(left, fmt.Sprintf("%s/%d (vnis %v, netns %v)", s.NIC, s.ID, s.VNIs, s.NetNS))
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Sprintf("services left in the driver: %v", left), nil
+		}
+		return "", nil
+	}
+}
+
+// VNIsReleased is cleanup at the controller: no lease carries any of
+// vnis any more (the controller freed them, into quarantine).
+func (e *Env) VNIsReleased(vnis ...uint16) Leftover {
+	return func(ctx context.Context) (string, error) {
+		resp, err := e.VNIs(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, l := range resp.Leases {
+			if slices.Contains(vnis, uint16(l.Vni)) {
+				return fmt.Sprintf("VNI %d still leased to %s/%s (nodes %v, owner gone %v)", l.Vni, l.GetOwner().GetNamespace(), l.GetOwner().GetName(), l.Nodes, l.OwnerGone), nil
 			}
 		}
 		return "", nil

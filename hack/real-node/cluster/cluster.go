@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -92,7 +91,19 @@ type Options struct {
 	// Secrets are made in Namespace before the chart is installed: those
 	// the values name (controller.hwcoll.oauthSecret).
 	Secrets []*corev1.Secret
-	Logf    func(format string, args ...any)
+	// Baseline is a commit of the repository's history (a release): Build
+	// builds it too (BuildBaseline) and Setup imports its images beside
+	// HEAD's, as Env.Baseline. InstallBaseline installs its chart and
+	// images instead of HEAD's.
+	Baseline        string
+	InstallBaseline bool
+	// ControllerVolume keeps the controller's sqlite database on a
+	// PersistentVolume of the node (a directory under its root), as a
+	// site's volume keeps it through the controller's replacements
+	// (upgrades, rollbacks); without it, an emptyDir that ends with the
+	// pod.
+	ControllerVolume bool
+	Logf             func(format string, args ...any)
 }
 
 // Env is the running node with the project installed. With several nodes
@@ -103,6 +114,9 @@ type Env struct {
 	Node    *node.Node
 	Release *install.Release
 	Machine *mocksysfs.Truth
+	// Head is the working tree's build, Baseline the build of
+	// Options.Baseline (nil without one): their charts and images.
+	Head, Baseline *Source
 	// AgentURL is the agent's HTTP endpoint (host network, node address);
 	// InspectURL its /inspect endpoint, on the node's loopback, which this
 	// program shares as the node's init; ControllerAddr the controller's
@@ -140,22 +154,30 @@ func (o *Options) logf(format string, args ...any) {
 // Build builds the static binaries the images are made of into
 // root/bin: the agent, the controller and slingshot-ipam (in the agent's
 // image, as the Dockerfile puts it) from the project, the sandbox's
-// pause and the test workload from this module. It needs the module proxy
-// (or a warm module cache), so it runs before the node's namespaces, which
-// have no network.
+// pause and the test workload from this module; with Options.Baseline,
+// the baseline's too (BuildBaseline, into root/baseline). It needs the
+// module proxy (or a warm module cache), so it runs before the node's
+// namespaces, which have no network.
 func Build(ctx context.Context, o Options) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
 	bin := filepath.Join(o.Root, "bin")
 	start := time.Now()
-	if err := images.BuildStatic(ctx, o.RepoDir, bin, "./cmd/slingshot-agent", "./cmd/slingshot-controller", "./cmd/slingshot-ipam", "./cmd/kubectl-slingshot"); err != nil {
+	if err := images.BuildStaticLD(ctx, o.RepoDir, bin, commitLDFlags(ctx, o.RepoDir), projectCommands...); err != nil {
 		return err
 	}
 	if err := images.BuildStatic(ctx, filepath.Join(o.RepoDir, "hack/real-node"), bin, "./cmd/pause", "./cmd/workload"); err != nil {
 		return err
 	}
 	o.logf("cluster: binaries built in %s", time.Since(start).Round(time.Millisecond))
+	if o.Baseline != "" {
+		start = time.Now()
+		if err := BuildBaseline(ctx, o.RepoDir, o.Baseline, filepath.Join(o.Root, baselineDir)); err != nil {
+			return err
+		}
+		o.logf("cluster: baseline %s built from the repository's history in %s", o.Baseline, time.Since(start).Round(time.Millisecond))
+	}
 	return nil
 }
 
@@ -167,11 +189,38 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		return nil, err
 	}
 	binOut := filepath.Join(o.Root, "bin")
+	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
+	head, err := loadSource(ctx, "HEAD", binOut, chartDir, Tag)
+	if err != nil {
+		return nil, err
+	}
+	var baseline *Source
+	if o.Baseline != "" {
+		dir := filepath.Join(o.Root, baselineDir)
+		if baseline, err = loadSource(ctx, "baseline", filepath.Join(dir, "bin"), filepath.Join(dir, "chart"), ""); err != nil {
+			return nil, fmt.Errorf("%w (did Build build the baseline %s?)", err, o.Baseline)
+		}
+		baseline.Name = fmt.Sprintf("baseline %s (%.7s)", baseline.Version, baseline.Commit)
+		if baseline.Tag == head.Tag {
+			return nil, fmt.Errorf("cluster: the baseline's images would have HEAD's tag %q", head.Tag)
+		}
+	} else if o.InstallBaseline {
+		return nil, errors.New("cluster: InstallBaseline without a Baseline")
+	}
+	o.logf("cluster: HEAD is %s, commit %s", head.Version, head.Commit)
+	if baseline != nil {
+		o.logf("cluster: the baseline is %s, commit %s, its images tagged %s", baseline.Version, baseline.Commit, baseline.Tag)
+		if baseline.Commit == head.Commit {
+			o.logf("cluster: HEAD is the baseline's commit: its upgrades move between two builds of one source")
+		}
+	}
 	e, err := startNodes(ctx, o)
 	if err != nil {
 		return e, err
 	}
-	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
+	for _, ne := range e.Nodes() {
+		ne.Head, ne.Baseline = head, baseline
+	}
 	defaults, err := install.ChartValues(chartDir)
 	if err != nil {
 		return e, err
@@ -198,10 +247,19 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 			return e, err
 		}
 	}
+	if o.ControllerVolume {
+		if err := e.createControllerVolume(ctx); err != nil {
+			return e, err
+		}
+	}
 	start = time.Now()
+	first := head
+	if o.InstallBaseline {
+		first = baseline
+	}
 	e.Release = &install.Release{
-		Kubeconfig: e.Node.Kubeconfig, ChartDir: chartDir,
-		Name: ReleaseName, Namespace: Namespace, Values: e.values(), Timeout: 5 * time.Minute,
+		Kubeconfig: e.Node.Kubeconfig, ChartDir: first.ChartDir,
+		Name: ReleaseName, Namespace: Namespace, Values: e.SourceValues(first, nil), Timeout: 5 * time.Minute,
 	}
 	if err := e.Release.Install(ctx); err != nil {
 		return e, fmt.Errorf("%w\n%s", err, e.Describe(ctx))
@@ -229,7 +287,7 @@ func Setup(ctx context.Context, o Options) (*Env, error) {
 		o.logf("cluster: chart installed (DRA; chart values: %v), %d NICs in the ResourceSlices of each of %d node(s), in %s", e.chartDRA, e.PhysicalNICs(), len(e.nodes), time.Since(start).Round(time.Millisecond))
 		return e, nil
 	}
-	o.logf("cluster: chart installed, %s=%d allocatable on each of %d node(s), in %s", Resource, e.Capacity, len(e.nodes), time.Since(start).Round(time.Millisecond))
+	o.logf("cluster: chart of %s installed, %s=%d allocatable on each of %d node(s), in %s", first, Resource, e.Capacity, len(e.nodes), time.Since(start).Round(time.Millisecond))
 	return e, nil
 }
 
@@ -405,22 +463,18 @@ func shareStateDir(dir string) error {
 	return nil
 }
 
+// importImages imports the node's images into its containerd: the
+// sandbox's and the workload's (of bin), and the agent's and the
+// controller's of HEAD and of the baseline, if any.
 func (e *Env) importImages(ctx context.Context, bin string) error {
 	specs := []images.Spec{
 		{Ref: node.PauseImage, Files: map[string]string{"/pause": filepath.Join(bin, "pause")}, Entrypoint: []string{"/pause"}},
 		{Ref: WorkloadImage, Files: map[string]string{"/workload": filepath.Join(bin, "workload")}, Entrypoint: []string{"/workload"}},
-		// As the Dockerfile makes them: the agent as root, the controller
-		// as the nonroot user.
-		{Ref: Registry + "/slingshot-agent:" + Tag, Files: map[string]string{
-			"/usr/local/bin/slingshot-agent": filepath.Join(bin, "slingshot-agent"),
-			"/usr/local/bin/slingshot-ipam":  filepath.Join(bin, "slingshot-ipam"),
-		},
-			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
-		{Ref: Registry + "/slingshot-controller:" + Tag, Files: map[string]string{
-			"/usr/local/bin/slingshot-controller": filepath.Join(bin, "slingshot-controller"),
-			"/usr/local/bin/kubectl-slingshot":    filepath.Join(bin, "kubectl-slingshot"),
-		},
-			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
+	}
+	for _, src := range []*Source{e.Head, e.Baseline} {
+		if src != nil {
+			specs = append(specs, src.imageSpecs()...)
+		}
 	}
 	dir := filepath.Join(e.opts.Root, "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -445,9 +499,8 @@ func (e *Env) createSecrets(ctx context.Context) error {
 		return nil
 	}
 	c := e.Node.Client.CoreV1()
-	_, err := c.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s: %w", Namespace, err)
+	if err := e.ensureNamespace(ctx); err != nil {
+		return err
 	}
 	for _, sec := range e.opts.Secrets {
 		if _, err := c.Secrets(Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
@@ -457,9 +510,24 @@ func (e *Env) createSecrets(ctx context.Context) error {
 	return nil
 }
 
-// values are the chart values of the real node: the production defaults
-// but for what a node without Slingshot hardware, a registry, a storage
-// provisioner, a Service proxy or cluster DNS needs (each commented).
+// imageSpecs are the source's agent and controller images, as the
+// Dockerfile makes them: the agent as root, the controller as the nonroot
+// user.
+func (s *Source) imageSpecs() []images.Spec {
+	return []images.Spec{
+		{Ref: s.AgentImage(), Files: map[string]string{
+			"/usr/local/bin/slingshot-agent": filepath.Join(s.bin, "slingshot-agent"),
+			"/usr/local/bin/slingshot-ipam":  filepath.Join(s.bin, "slingshot-ipam"),
+		},
+			Entrypoint: []string{"/usr/local/bin/slingshot-agent"}, User: "0:0"},
+		{Ref: s.ControllerImage(), Files: map[string]string{
+			"/usr/local/bin/slingshot-controller": filepath.Join(s.bin, "slingshot-controller"),
+			"/usr/local/bin/kubectl-slingshot":    filepath.Join(s.bin, "kubectl-slingshot"),
+		},
+			Entrypoint: []string{"/usr/local/bin/slingshot-controller"}, User: "65532:65532"},
+	}
+}
+
 func toAny(ss []string) []any {
 	out := make([]any, len(ss))
 	for i, s := range ss {
@@ -468,6 +536,18 @@ func toAny(ss []string) []any {
 	return out
 }
 
+// SourceValues are the chart values that run src's images on the node
+// (values), with over merged over them.
+func (e *Env) SourceValues(src *Source, over map[string]any) map[string]any {
+	v := e.values()
+	v["image"].(map[string]any)["tag"] = src.Tag
+	merge(v, over)
+	return v
+}
+
+// values are the chart values of the real node: the production defaults
+// but for what a node without Slingshot hardware, a registry, a storage
+// provisioner, a Service proxy or cluster DNS needs (each commented).
 func (e *Env) values() map[string]any {
 	n := e.Node
 	// Paths as the node's processes see them: the same on every node.
@@ -526,6 +606,9 @@ func (e *Env) values() map[string]any {
 		// Unprivileged, the agent gets CAP_NET_ADMIN from the chart with
 		// the hsn interface on, which making the links needs.
 		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
+	}
+	if e.opts.ControllerVolume {
+		v["controller"].(map[string]any)["persistence"] = map[string]any{"enabled": true, "existingClaim": controllerClaim}
 	}
 	e.setAPIValues(v)
 	merge(v, e.opts.Values)

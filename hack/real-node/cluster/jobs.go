@@ -221,6 +221,16 @@ func (e *Env) RunJobToCompletion(ctx context.Context, ns string, job *batchv1.Jo
 	return pods, nil
 }
 
+// ScaleJob sets the Job's parallelism to pods: the Job controller starts
+// pods up to it while completions remain.
+func (e *Env) ScaleJob(ctx context.Context, ns, name string, pods int) error {
+	patch := fmt.Appendf(nil, `{"spec":{"parallelism":%d}}`, pods)
+	if _, err := e.Node.Client.BatchV1().Jobs(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("scale job %s/%s to %d: %w", ns, name, pods, err)
+	}
+	return nil
+}
+
 // PodLog returns the log of the pod's only container through the API
 // server (which asks the kubelet), or why it could not be read.
 func (e *Env) PodLog(ctx context.Context, ns, name string) string {

@@ -113,6 +113,22 @@ func (e *Env) ServicesAdmitting(ino uint32) ([]string, error) {
 	return out, nil
 }
 
+// ServicesOf lists the node's services, as the driver holds them, that
+// admit the network namespace ino, in NIC and ID order.
+func (e *Env) ServicesOf(ino uint32) ([]simstate.Service, error) {
+	svcs, err := e.DriverServices()
+	if err != nil {
+		return nil, err
+	}
+	var out []simstate.Service
+	for _, s := range svcs {
+		if slices.Contains(s.NetNS, ino) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
 // SandboxNetns waits (up to a minute) for a process of the pod with the
 // given UID and returns its network namespace inode: the sandbox's, which
 // exists before any container of the pod has started, so it names the

@@ -30,7 +30,7 @@ func TestMain(run func() int, options func(root string) Options, use func(*Env))
 	if !inside {
 		code, err := node.Enter(os.Getenv("REAL_NODE_TMP"), func(root string) error {
 			opts := options(root)
-			return Build(context.Background(), Options{Root: root, Logf: opts.Logf})
+			return Build(context.Background(), Options{Root: root, RepoDir: opts.RepoDir, Baseline: opts.Baseline, Logf: opts.Logf})
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "real node:", err)

@@ -103,7 +103,13 @@ func copyFile(src, dst string) error {
 // BuildStatic builds Go packages of the module in dir as static binaries
 // (CGO_ENABLED=0, -trimpath) into outDir.
 func BuildStatic(ctx context.Context, dir, outDir string, pkgs ...string) error {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", outDir + "/"}, pkgs...)...)
+	return BuildStaticLD(ctx, dir, outDir, "", pkgs...)
+}
+
+// BuildStaticLD is BuildStatic with more linker flags, ldflags (e.g.
+// "-X pkg.Var=value"), after -s -w.
+func BuildStaticLD(ctx context.Context, dir, outDir, ldflags string, pkgs ...string) error {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w " + ldflags), "-o", outDir + "/"}, pkgs...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

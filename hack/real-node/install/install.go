@@ -65,6 +65,61 @@ func (r *Release) Install(ctx context.Context) error {
 	return nil
 }
 
+// Upgrade moves the release to the chart in ChartDir with Values, as
+// `helm upgrade --wait` does without --reuse-values (Values are all the
+// values the release gets), and returns the release's new revision.
+// Helm's wait takes a DaemonSet whose one pod may be unavailable for
+// ready at once: callers wait for the agent themselves.
+func (r *Release) Upgrade(ctx context.Context) (int, error) {
+	chart, err := loader.Load(r.ChartDir)
+	if err != nil {
+		return 0, fmt.Errorf("load chart %s: %w", r.ChartDir, err)
+	}
+	cfg, err := r.config()
+	if err != nil {
+		return 0, err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = r.Namespace
+	up.Wait, up.Timeout = true, r.Timeout
+	rel, err := up.RunWithContext(ctx, r.Name, chart, r.Values)
+	if err != nil {
+		return 0, fmt.Errorf("helm upgrade %s (chart %s): %w", r.Name, r.ChartDir, err)
+	}
+	return rel.Version, nil
+}
+
+// Rollback rolls the release back to revision, as `helm rollback NAME
+// REVISION --wait` does: the manifests and values of that revision,
+// applied as a new revision. Helm's rollback takes no context; Timeout
+// bounds its wait.
+func (r *Release) Rollback(revision int) error {
+	cfg, err := r.config()
+	if err != nil {
+		return err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version = revision
+	rb.Wait, rb.Timeout = true, r.Timeout
+	if err := rb.Run(r.Name); err != nil {
+		return fmt.Errorf("helm rollback %s %d: %w", r.Name, revision, err)
+	}
+	return nil
+}
+
+// Revision returns the release's current revision (helm status).
+func (r *Release) Revision() (int, error) {
+	cfg, err := r.config()
+	if err != nil {
+		return 0, err
+	}
+	rel, err := action.NewStatus(cfg).Run(r.Name)
+	if err != nil {
+		return 0, fmt.Errorf("helm status %s: %w", r.Name, err)
+	}
+	return rel.Version, nil
+}
+
 // ChartValues returns the chart's default values (its values.yaml).
 func ChartValues(chartDir string) (map[string]any, error) {
 	chart, err := loader.Load(chartDir)
