@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -64,14 +65,43 @@ var AgentBin string
 // controller (the embedded_controller tag): the node has no cluster
 // controller.
 func BuildAgent(dir string, race bool) error {
+	return BuildAgentWith(dir, Build{Race: race})
+}
+
+// Build says how [BuildAgentWith] builds the agent.
+type Build struct {
+	Race bool // with the race detector
+	// Shipped builds it as `make build` and the image do: static
+	// (CGO_ENABLED=0), -trimpath, without symbol tables (-s -w).
+	Shipped bool
+	// NoEmbeddedController leaves out the embedded_controller tag, as
+	// the image's default build does: the agent then needs the address
+	// of a cluster controller (--controller).
+	NoEmbeddedController bool
+}
+
+// BuildAgentWith builds the agent as b says into dir and sets AgentBin.
+func BuildAgentWith(dir string, b Build) error {
+	if b.Race && b.Shipped {
+		return errors.New("build slingshot-agent: the race detector needs cgo, a shipped build has none")
+	}
 	AgentBin = filepath.Join(dir, "slingshot-agent")
-	args := []string{"build", "-tags", "embedded_controller", "-o", AgentBin}
-	if race {
+	args := []string{"build", "-o", AgentBin}
+	if !b.NoEmbeddedController {
+		args = append(args, "-tags", "embedded_controller")
+	}
+	if b.Race {
 		args = append(args, "-race")
+	}
+	if b.Shipped {
+		args = append(args, "-trimpath", "-ldflags", "-s -w")
 	}
 	build := exec.Command("go", append(args, "./cmd/slingshot-agent")...)
 	build.Dir = projectRoot()
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if b.Shipped {
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build slingshot-agent: %w", err)
 	}
@@ -113,7 +143,9 @@ type Node struct {
 	CDIDir   string
 	Config   string // the agent's configuration file
 	Kubelet  *kubelet.Kubelet
-	nextPID  int
+
+	procMu  sync.Mutex
+	nextPID int // guarded by procMu
 }
 
 func NewNode(t TB, name string, nics, numa int) *Node {
@@ -154,16 +186,20 @@ func NewNodeSpec(t TB, name string, spec mocksysfs.Spec) *Node {
 // agent opens and holds as it would a pod's.
 func (n *Node) writeProc(pid, cgroup, nsFile string) {
 	n.t.Helper()
+	if err := n.addProc(pid, cgroup, nsFile); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *Node) addProc(pid, cgroup, nsFile string) error {
 	d := filepath.Join(n.ProcDir, pid)
 	if err := os.MkdirAll(filepath.Join(d, "ns"), 0o755); err != nil {
-		n.t.Fatal(err)
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(d, "cgroup"), []byte(cgroup), 0o644); err != nil {
-		n.t.Fatal(err)
+		return err
 	}
-	if err := os.Symlink(nsFile, filepath.Join(d, "ns", "net")); err != nil {
-		n.t.Fatal(err)
-	}
+	return os.Symlink(nsFile, filepath.Join(d, "ns", "net"))
 }
 
 // StartSandbox makes the pod's sandbox process visible in the proc tree,
@@ -173,31 +209,78 @@ func (n *Node) writeProc(pid, cgroup, nsFile string) {
 // by a process of the harness (`unshare --net`) until the test ends.
 func (n *Node) StartSandbox(pod *v1.Pod) uint32 {
 	n.t.Helper()
+	return n.RunSandbox(pod).Netns
+}
+
+// Sandbox is a pod's sandbox process in the node's proc tree, and the
+// harness process (`unshare --net`) that holds its network namespace.
+type Sandbox struct {
+	Netns uint32 // the namespace's inode
+
+	holder  *exec.Cmd
+	procDir string // <ProcDir>/<pid>
+	once    sync.Once
+	err     error
+}
+
+// RunSandbox is StartSandbox, returning the sandbox for the test to
+// [Sandbox.Stop] when the pod ends; the test's cleanup stops it
+// otherwise.
+func (n *Node) RunSandbox(pod *v1.Pod) *Sandbox {
+	n.t.Helper()
+	s, err := n.NewSandbox(pod)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return s
+}
+
+// NewSandbox is RunSandbox returning its error rather than failing the
+// test, for goroutines that start pods side by side.
+func (n *Node) NewSandbox(pod *v1.Pod) (*Sandbox, error) {
 	// The child says "ready" once it runs in its new namespace.
 	holder := exec.Command("unshare", "--net", "sh", "-c", "echo ready; exec sleep infinity")
 	out, err := holder.StdoutPipe()
 	if err != nil {
-		n.t.Fatal(err)
+		return nil, err
 	}
 	if err := holder.Start(); err != nil {
-		n.t.Fatalf("a network namespace for pod %s (needs root and util-linux's unshare): %v", pod.Name, err)
+		return nil, fmt.Errorf("a network namespace for pod %s (needs root and util-linux's unshare): %w", pod.Name, err)
 	}
-	n.t.Cleanup(func() {
-		_ = holder.Process.Kill()
-		_ = holder.Wait()
-	})
+	s := &Sandbox{holder: holder}
+	n.t.Cleanup(func() { _ = s.Stop() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		n.t.Fatalf("network namespace of pod %s: the holder said %q: %v", pod.Name, line, err)
+		return nil, fmt.Errorf("network namespace of pod %s: the holder said %q: %v", pod.Name, line, err)
 	}
 	nsFile := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
 	var st syscall.Stat_t
 	if err := syscall.Stat(nsFile, &st); err != nil {
-		n.t.Fatalf("network namespace of pod %s: %v", pod.Name, err)
+		return nil, fmt.Errorf("network namespace of pod %s: %w", pod.Name, err)
 	}
-	ino := uint32(st.Ino)
+	s.Netns = uint32(st.Ino)
+	n.procMu.Lock()
 	n.nextPID++
-	n.writeProc(strconv.Itoa(n.nextPID), "0::/kubepods/besteffort/pod"+string(pod.UID)+"/sandbox\n", nsFile)
-	return ino
+	pid := strconv.Itoa(n.nextPID)
+	n.procMu.Unlock()
+	s.procDir = filepath.Join(n.ProcDir, pid) // Stop removes what of it was written
+	if err := n.addProc(pid, "0::/kubepods/besteffort/pod"+string(pod.UID)+"/sandbox\n", nsFile); err != nil {
+		return nil, fmt.Errorf("sandbox of pod %s: %w", pod.Name, err)
+	}
+	return s, nil
+}
+
+// Stop ends the sandbox as the runtime does when the pod is deleted: its
+// process leaves the proc tree and the harness lets go of the namespace
+// (which lives on while the agent holds it open). Safe to call twice.
+func (s *Sandbox) Stop() error {
+	s.once.Do(func() {
+		if s.procDir != "" {
+			s.err = os.RemoveAll(s.procDir)
+		}
+		_ = s.holder.Process.Kill()
+		_ = s.holder.Wait()
+	})
+	return s.err
 }
 
 func (n *Node) StartKubelet(ctx context.Context, pods ...*v1.Pod) {
@@ -376,18 +459,47 @@ func (a *Agent) Stop() {
 
 // RSS returns the agent process's resident memory in bytes (VmRSS).
 func (a *Agent) RSS() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	m, err := a.Memory()
+	return m.RSS, err
+}
+
+// Memory is a process's resident memory in bytes, as /proc/<pid>/status
+// splits it.
+type Memory struct {
+	RSS   int64 // VmRSS: the sum of the three below
+	Anon  int64 // RssAnon: heap, stacks, the Go runtime's own
+	File  int64 // RssFile: pages of mapped files, the binary's above all
+	Shmem int64 // RssShmem: shared memory
+}
+
+// Memory reads the agent process's resident memory.
+func (a *Agent) Memory() (Memory, error) {
+	path := fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return Memory{}, err
 	}
+	var m Memory
+	fields := map[string]*int64{"VmRSS:": &m.RSS, "RssAnon:": &m.Anon, "RssFile:": &m.File, "RssShmem:": &m.Shmem}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		name, rest, ok := strings.Cut(line, "\t")
+		if v := fields[name]; ok && v != nil {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024, err
+			if err != nil {
+				return Memory{}, fmt.Errorf("%s: %s: %w", path, name, err)
+			}
+			*v = kb * 1024
+			delete(fields, name)
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	if len(fields) > 0 {
+		return Memory{}, fmt.Errorf("%s: no %v", path, slices.Sorted(maps.Keys(fields)))
+	}
+	return m, nil
 }
+
+// Pid is the agent process's id.
+func (a *Agent) Pid() int { return a.cmd.Process.Pid }
 
 // Kill sends SIGKILL, as a crash or an OOM kill would.
 func (a *Agent) Kill() {
@@ -413,6 +525,45 @@ func (a *Agent) Metric(t TB, prefix string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Scrape reads every sample of the agent's /metrics, keyed as the line
+// names it: "go_goroutines", `slingshot_agent_pods{state="running"}`.
+func (a *Agent) Scrape(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.Addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("/metrics: line %q", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("/metrics: line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("/metrics: %w", err)
+	}
+	return out, nil
 }
 
 // Eventually polls cond until it holds or timeout passes. It waits on a

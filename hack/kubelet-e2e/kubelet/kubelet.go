@@ -60,6 +60,12 @@ type Kubelet struct {
 	ready atomic.Bool
 	lists atomic.Int64 // PodResources List calls answered
 
+	// admitting serializes Allocate: the kubelet admits pods one at a
+	// time (HandlePodAdditions, in its sync loop), and the manager's
+	// Allocate relies on it (its devicesToReuse map has no lock).
+	// Containers start side by side, in the pods' workers.
+	admitting sync.Mutex
+
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
 }
@@ -179,16 +185,25 @@ func (k *Kubelet) Capacity(resource string) (capacity, allocatable int64) {
 // plugin), then, as each container starts, GetDeviceRunContainerOptions
 // (which calls PreStartContainer). The pod stays active until RemovePod.
 func (k *Kubelet) Admit(ctx context.Context, pod *v1.Pod) (map[string]*devicemanager.DeviceRunContainerOptions, error) {
+	if err := k.allocate(ctx, pod); err != nil {
+		return nil, err
+	}
+	return k.StartContainers(ctx, pod)
+}
+
+func (k *Kubelet) allocate(ctx context.Context, pod *v1.Pod) error {
+	k.admitting.Lock()
+	defer k.admitting.Unlock()
 	k.mu.Lock()
 	k.pods[pod.UID] = pod
 	k.mu.Unlock()
 	for i := range pod.Spec.Containers {
 		if err := k.manager.Allocate(ctx, pod, &pod.Spec.Containers[i], lifecycle.AddOperation); err != nil {
 			k.RemovePod(pod.UID)
-			return nil, fmt.Errorf("allocate %s/%s: %w", pod.Name, pod.Spec.Containers[i].Name, err)
+			return fmt.Errorf("allocate %s/%s: %w", pod.Name, pod.Spec.Containers[i].Name, err)
 		}
 	}
-	return k.StartContainers(ctx, pod)
+	return nil
 }
 
 // StartContainers returns each container's run options as the kubelet
