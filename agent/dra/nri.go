@@ -141,15 +141,53 @@ func (p *nriPlugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ct
 // the namespaces of the running pods' bound claims and binds the prepared
 // claims of pods whose sandbox started while the agent was not connected.
 // The connection counts as up from here.
-func (p *nriPlugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
-	sbs := make([]Sandbox, 0, len(pods))
-	for _, pod := range pods {
-		sbs = append(sbs, sandboxOf(pod))
-	}
+func (p *nriPlugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
+	sbs := liveFirst(pods, containers)
 	rep := p.m.Synchronize(ctx, sbs)
 	p.state.set(true, nil)
 	p.log.Info("connected to the runtime's NRI socket", "pods", len(pods), "claims_held", rep.Held, "claims_bound_late", rep.Bound, "claims_failed", rep.Failed)
 	return nil, nil
+}
+
+// liveFirst are the runtime's sandboxes for Manager.Synchronize, one per
+// pod: the runtime lists a pod's sandboxes that are gone too (one made
+// again while the agent was away leaves the old one, stopped, beside the
+// new), and binding a claim to a dead sandbox's namespace would leave the
+// running one unbound. A pod's sandbox with a running container wins, then
+// one with a process, then the last listed.
+func liveFirst(pods []*api.PodSandbox, containers []*api.Container) []Sandbox {
+	running := map[string]bool{}
+	for _, c := range containers {
+		if c.GetState() == api.ContainerState_CONTAINER_RUNNING {
+			running[c.GetPodSandboxId()] = true
+		}
+	}
+	score := func(pod *api.PodSandbox) int {
+		switch {
+		case running[pod.GetId()]:
+			return 2
+		case pod.GetPid() != 0:
+			return 1
+		}
+		return 0
+	}
+	best := map[string]*api.PodSandbox{}
+	var order []string
+	for _, pod := range pods {
+		uid := pod.GetUid()
+		cur, ok := best[uid]
+		if !ok {
+			order = append(order, uid)
+		}
+		if !ok || score(pod) >= score(cur) {
+			best[uid] = pod
+		}
+	}
+	out := make([]Sandbox, 0, len(order))
+	for _, uid := range order {
+		out = append(out, sandboxOf(best[uid]))
+	}
+	return out
 }
 
 // RunNRI serves the runtime's NRI socket until ctx ends, connecting again
