@@ -18,7 +18,7 @@ type Leaser interface {
 // Leases acquires and releases the node's leases for its local holders:
 // the controller records a lease as held by the node, so the node's hold
 // goes with the lease's last local holder. A holder is a key unique on
-// the node: a pod's "namespace/name", a claim's [ClaimHolder].
+// the node: a pod's "namespace/name", a claim's checkpoint.ClaimID.
 //
 // No lock is held across a call to the controller: a slow answer delays
 // only the holders of the same lease, and only where they must wait (an
@@ -42,10 +42,6 @@ type Leases struct {
 func NewLeases(l Leaser) *Leases {
 	return &Leases{leaser: l, holds: newLeaseHolds(), shared: map[string]controllerclient.Lease{}, asking: map[string]chan struct{}{}}
 }
-
-// ClaimHolder is a DRA claim's holder key: it cannot be a pod's, which has
-// no colon.
-func ClaimHolder(uid string) string { return "claim:" + uid }
 
 // Restore counts holder as a holder of lease key, as the durable record
 // says at start, before any acquire or release runs.

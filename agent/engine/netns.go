@@ -52,7 +52,7 @@ func (p Pins) Open(holder string) (Handle, error) {
 }
 
 // Namespaces keeps open the namespaces that live services name, by holder
-// (a pod's key, a claim's [ClaimHolder]). A holder's handle is kept from
+// (a pod's key, a claim's checkpoint.ClaimID). A holder's handle is kept from
 // its bind until its services are destroyed, and, with a Pinner, pinned
 // for as long. Safe for concurrent use.
 type Namespaces struct {
