@@ -71,8 +71,9 @@ func KillSandbox(uid string) (Sandbox, error) {
 }
 
 // WaitNewSandbox waits (up to two minutes) until the pod with the given
-// UID has a sandbox other than old, in another network namespace, and
-// returns it.
+// UID has a sandbox other than old (another pause process) and returns
+// it. Its network namespace is a new one, but its inode may be old's
+// again, when nothing held old's.
 func WaitNewSandbox(ctx context.Context, uid string, old Sandbox) (Sandbox, error) {
 	var sb Sandbox
 	var last string
@@ -89,7 +90,7 @@ func WaitNewSandbox(ctx context.Context, uid string, old Sandbox) (Sandbox, erro
 			return false, nil
 		}
 		last = fmt.Sprintf("sandbox %+v", sb)
-		return sb.Pid != old.Pid && sb.Netns != old.Netns, nil
+		return sb.Pid != old.Pid, nil
 	})
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("pod %s: no sandbox made again after %+v: %w (last: %s)", uid, old, err, last)
@@ -99,8 +100,9 @@ func WaitNewSandbox(ctx context.Context, uid string, old Sandbox) (Sandbox, erro
 
 // WaitRunningAgain waits (up to three minutes) until the pod (by its
 // namespace and name) is Running with every container started, with a
-// sandbox other than old, and its workload process in the sandbox's
-// network namespace; it returns the pod and the sandbox. A pod whose
+// sandbox other than old (another pause process), and its workload
+// process in the sandbox's network namespace; it returns the pod and the
+// sandbox. A pod whose
 // sandbox was made again runs again with the same UID.
 func (e *Env) WaitRunningAgain(ctx context.Context, pod corev1.Pod, old Sandbox) (corev1.Pod, Sandbox, error) {
 	var cur corev1.Pod
@@ -122,7 +124,7 @@ func (e *Env) WaitRunningAgain(ctx context.Context, pod corev1.Pod, old Sandbox)
 		}
 		var ok bool
 		sb, ok, err = PodSandbox(string(pod.UID))
-		if err != nil || !ok || sb.Pid == old.Pid || sb.Netns == old.Netns {
+		if err != nil || !ok || sb.Pid == old.Pid {
 			last = fmt.Sprintf("started, sandbox %+v (%v, %v)", sb, ok, err)
 			return false, nil
 		}
