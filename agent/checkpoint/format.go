@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"time"
 )
 
@@ -54,7 +53,7 @@ type podV3 struct {
 	Released  bool                `json:"released,omitempty"`
 	Network   string              `json:"network,omitempty"`
 	CollEnv   []string            `json:"collEnv,omitempty"`
-	HSN       *hsnV3              `json:"hsn,omitempty"`
+	HSN       *HSNLink            `json:"hsn,omitempty"`
 	Options   *ServiceOptions     `json:"options,omitempty"`
 }
 
@@ -62,15 +61,6 @@ type serviceV3 struct {
 	NIC  string   `json:"nic"`
 	ID   uint32   `json:"id"`
 	VNIs []uint16 `json:"vnis"`
-}
-
-type hsnV3 struct {
-	Name    string       `json:"name"`
-	Parent  string       `json:"parent"`
-	Mode    string       `json:"mode"`
-	Address netip.Prefix `json:"address"`
-	Owner   string       `json:"owner"`
-	MTU     int          `json:"mtu,omitempty"`
 }
 
 // claimV3 is a claim's record as versions 2 and 3 wrote it.
@@ -179,10 +169,7 @@ func podToV3(h *Holder) *podV3 {
 	for _, s := range h.Services {
 		p.Services = append(p.Services, serviceV3{NIC: s.NIC, ID: s.ID, VNIs: s.VNIs})
 	}
-	if h.HSN != nil {
-		l := hsnV3(*h.HSN)
-		p.HSN = &l
-	}
+	p.HSN = h.HSN
 	return p
 }
 
@@ -199,10 +186,7 @@ func podFromV3(p *podV3) *Holder {
 		// A pod's services all admit the pod's one recorded member.
 		h.Services = append(h.Services, Service{NIC: s.NIC, ID: s.ID, VNIs: s.VNIs, Netns: p.Netns})
 	}
-	if p.HSN != nil {
-		l := HSNLink(*p.HSN)
-		h.HSN = &l
-	}
+	h.HSN = p.HSN
 	return h
 }
 
