@@ -179,7 +179,11 @@ func (e *Engine) release(ctx context.Context, h checkpoint.Holder) bool {
 			fmt.Sprintf("Releasing this node's hold on VNI %d of %s failed: %v", h.VNI, h.String(), err))
 		return false
 	}
-	_, _, _ = e.store.Update(h.ID(), func(r *checkpoint.Holder) { r.Released = true })
+	if _, err := e.Update(h.ID(), func(r *checkpoint.Holder) { r.Released = true }); err != nil {
+		// The hold is given up all the same; a restart that reads the
+		// record unreleased releases it again, which the controller takes.
+		e.log.Error("mark a released lease in the record", "holder", h.String(), "err", err)
+	}
 	return true
 }
 
