@@ -7,25 +7,20 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
-	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
-	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
-	"github.com/slingshot-k8s/slingshot/deviceplugin"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
@@ -46,42 +41,15 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 	return a.run(ctx)
 }
 
-// newPluginServers makes the device plugin servers: the NIC resource's,
-// and the GPU machine type's where units is not nil.
-func newPluginServers(pluginDir string, res *nicResource, units *unitResource, logger *slog.Logger, reg prometheus.Registerer) (server, unitServer *deviceplugin.Server, err error) {
-	newServer := func(r deviceplugin.Resource) (*deviceplugin.Server, error) {
-		return deviceplugin.NewServer(deviceplugin.ServerConfig{
-			Resource:   r,
-			PluginDir:  pluginDir,
-			Logger:     logger.With("component", "deviceplugin"),
-			Registerer: reg,
-		})
-	}
-	if server, err = newServer(res); err != nil {
-		return nil, nil, err
-	}
-	if units != nil {
-		if unitServer, err = newServer(units); err != nil {
-			return nil, nil, err
-		}
-	}
-	return server, unitServer, nil
+// policy is the configuration's part the engine and the claims read, in
+// both modes: the node's service defaults and what a job may ask for. It
+// is swapped whole when the configuration reloads.
+type policy struct {
+	defaults engine.Defaults
+	jobs     *jobpolicy.Policy
 }
 
-// nudgeKubelet makes the kubelet rewrite its device checkpoint for a
-// resource: the resource's device plugin sends its unchanged device list
-// again, and the kubelet writes the checkpoint on every list it receives.
-func nudgeKubelet(servers []*deviceplugin.Server) func(resource string) {
-	return func(resource string) {
-		for _, s := range servers {
-			if s.ResourceName() == resource {
-				s.Resend()
-			}
-		}
-	}
-}
-
-// policyFrom turns the configuration into the pod path's policy.
+// policyFrom turns the configuration into the policy.
 func policyFrom(c config.Config) policy {
 	var tcs cxi.TrafficClasses
 	for _, name := range c.TrafficClasses {
@@ -90,7 +58,7 @@ func policyFrom(c config.Config) policy {
 			tcs |= t
 		}
 	}
-	p := policy{tcs: tcs, jobs: jobpolicy.New(c), adjust: c.JobOptions.Adjust()}
+	p := policy{defaults: engine.Defaults{TCs: tcs, Adjust: c.JobOptions.Adjust()}, jobs: jobpolicy.New(c)}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
 		field := map[string]*cxi.Limit{
@@ -102,32 +70,15 @@ func policyFrom(c config.Config) policy {
 				*f = cxi.Limit{Max: v.Max, Res: v.Res}
 			}
 		}
-		p.limits = &l
-	}
-	if h := c.NICResource.HSNInterface; h.Enabled {
-		mode := hsnlink.Macvlan
-		if h.Mode == "ipvlan" {
-			mode = hsnlink.IPVLAN
-		}
-		p.hsn = map[string]hsnPolicy{c.NICResource.Name: {mode: mode, name: h.Name, pool: h.Pool, mtu: h.MTU}}
-	}
-	switch {
-	case c.Membership.FallbackUID != nil:
-		p.fallback = &cxi.Member{Type: cxi.MemberUID, ID: *c.Membership.FallbackUID}
-	case c.Membership.FallbackGID != nil:
-		p.fallback = &cxi.Member{Type: cxi.MemberGID, ID: *c.Membership.FallbackGID}
+		p.defaults.Limits = &l
 	}
 	return p
 }
 
-// inventory is the NICs the agent serves and their health, as the device
-// plugin advertises them. It is safe for concurrent use.
+// inventory is the NICs the agent serves and their health, which the
+// front end advertises. It is safe for concurrent use.
 type inventory struct {
-	shares int
-	nics   []sysfs.NIC
-	// unitNICs belong to GPU units: the NIC resource does not advertise
-	// them, but their health still counts.
-	unitNICs map[string]bool
+	nics []sysfs.NIC
 
 	mu     sync.Mutex
 	health map[string]nicHealth
@@ -138,8 +89,8 @@ type nicHealth struct {
 	reason  string
 }
 
-func newInventory(nics []sysfs.NIC, shares int) *inventory {
-	inv := &inventory{shares: shares, nics: nics, health: map[string]nicHealth{}}
+func newInventory(nics []sysfs.NIC) *inventory {
+	inv := &inventory{nics: nics, health: map[string]nicHealth{}}
 	for _, n := range nics {
 		h := nicHealth{healthy: n.Healthy}
 		switch {
@@ -172,35 +123,6 @@ func (inv *inventory) healthy(name string) bool {
 	return inv.health[name].healthy
 }
 
-// devices are the NIC resource's devices: every share of every NIC that
-// no GPU unit holds.
-func (inv *inventory) devices() []deviceplugin.Device {
-	inv.mu.Lock()
-	defer inv.mu.Unlock()
-	var devs []deviceplugin.Device
-	for _, n := range inv.nics {
-		if inv.unitNICs[n.Name] {
-			continue
-		}
-		for s := range inv.shares {
-			devs = append(devs, deviceplugin.Device{
-				ID:        nicDeviceID(n, s, inv.shares),
-				Healthy:   inv.health[n.Name].healthy,
-				NUMANodes: numaNodes(n.NUMANode),
-			})
-		}
-	}
-	return devs
-}
-
-func (inv *inventory) topology() map[string][]int64 {
-	topo := map[string][]int64{}
-	for _, d := range inv.devices() {
-		topo[d.ID] = d.NUMANodes
-	}
-	return topo
-}
-
 func (inv *inventory) healthTargets(sysfsRoot string) []health.Target {
 	var ts []health.Target
 	for _, n := range inv.nics {
@@ -214,46 +136,17 @@ func (inv *inventory) healthTargets(sysfsRoot string) []health.Target {
 	return ts
 }
 
-func numaNodes(n int) []int64 {
-	if n < 0 {
-		return nil
-	}
-	return []int64{int64(n)}
-}
-
-// heldIDs are the device IDs of resource that pods hold.
-func heldIDs(snap *podwatch.Snapshot, resource string) map[string]bool {
-	held := map[string]bool{}
-	for _, p := range snap.Pods {
-		for _, byRes := range p.Containers {
-			for _, id := range byRes[resource] {
-				held[id] = true
-			}
-		}
-	}
-	return held
-}
-
-// report builds the inspect view.
-func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podwatch.Watcher) *inspect.Report {
-	r := &inspect.Report{Node: b.node, Version: version.Version, Ready: ready, Generated: time.Now().UTC()}
-	held := map[string]int{}
-	var pods map[string]*podwatch.Pod
-	if w != nil { // nil in DRA mode
-		pods = w.Latest().Pods
-	}
-	for _, p := range pods {
-		for _, byRes := range p.Containers {
-			for _, id := range byRes[b.resource] {
-				held[b.devNIC[id]]++
-			}
-		}
-	}
+// report is the inspect view of what both front ends share: the NICs and
+// their health, the pods the engine holds, every service the drivers
+// list; the front end adds its own (Report).
+func (a *parts) commonReport(ctx context.Context, ready bool) *inspect.Report {
+	r := &inspect.Report{Node: a.opts.NodeName, Version: version.Version, Ready: ready, Generated: time.Now().UTC()}
+	inv := a.inv
 	inv.mu.Lock()
 	for _, n := range inv.nics {
 		h := inv.health[n.Name]
 		in := inspect.NIC{Name: n.Name, PCIAddress: n.PCIAddress, NUMANode: n.NUMANode, Link: n.Properties.Link,
-			SpeedMbps: n.Properties.SpeedMbps, Healthy: h.healthy, Reason: h.reason, Allocated: held[n.Name], Shares: inv.shares}
+			SpeedMbps: n.Properties.SpeedMbps, Healthy: h.healthy, Reason: h.reason, Shares: 1}
 		if n.NetDev != nil {
 			in.NetDev = n.NetDev.Name
 		}
@@ -262,7 +155,7 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 	inv.mu.Unlock()
 
 	podOf := map[string]map[uint32]string{}
-	for _, p := range b.eng.Holders(checkpoint.KindPod) {
+	for _, p := range a.eng.Holders(checkpoint.KindPod) {
 		key := p.ID()
 		st := "running"
 		if p.Exited != nil {
@@ -283,23 +176,18 @@ func (b *binder) report(ctx context.Context, inv *inventory, ready bool, w *podw
 		r.Pods = append(r.Pods, ip)
 	}
 
-	names := make([]string, 0, len(b.nics))
-	for name := range b.nics {
-		names = append(names, name)
-	}
-	slices.SortFunc(names, func(x, y string) int { return b.nics[x].index - b.nics[y].index })
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	for _, name := range names {
-		svcs, err := b.nics[name].drv.List(ctx)
+	for _, n := range a.nics.byIndex() {
+		svcs, err := n.drv.List(ctx)
 		if err != nil {
 			continue
 		}
 		for _, s := range svcs {
-			r.Services = append(r.Services, inspect.Service{NIC: name, ID: s.ID, Enabled: s.Enabled, System: s.System,
-				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[name][s.ID], TCs: s.TCs.String(), Reserved: reservedOf(s)})
+			r.Services = append(r.Services, inspect.Service{NIC: n.name, ID: s.ID, Enabled: s.Enabled, System: s.System,
+				VNIs: s.VNIs, Members: memberStrings(s), Pod: podOf[n.name][s.ID], TCs: s.TCs.String(), Reserved: reservedOf(s)})
 		}
-		r.Reservations = append(r.Reservations, reservationsOf(name, b.nics[name].drv, svcs)...)
+		r.Reservations = append(r.Reservations, reservationsOf(n.name, n.drv, svcs)...)
 	}
 	return r
 }
@@ -315,10 +203,10 @@ func memberStrings(s cxi.Service) []string {
 	return out
 }
 
-// handles makes a netns.Finder a netnsFinder.
+// handles makes a netns.Finder the front end's (devplugin.NetnsFinder).
 type handles struct{ netns.Finder }
 
-func (h handles) Open(ctx context.Context, podUID string) (nsHandle, error) {
+func (h handles) Open(ctx context.Context, podUID string) (engine.Handle, error) {
 	ns, err := h.Finder.Open(ctx, podUID)
 	if err != nil {
 		return nil, err // not a nil *netns.Handle in a non-nil interface

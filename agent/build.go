@@ -22,13 +22,15 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/devplugin"
 	"github.com/slingshot-k8s/slingshot/agent/dra"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
+	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/netns/pin"
-	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -48,7 +50,15 @@ type parts struct {
 
 	managedLo, managedHi uint16
 
-	b *binder
+	// nics are the opened NICs, whose drivers the engine alone binds
+	// through; eng is the engine; pol is the policy it and the claims read.
+	nics nicSet
+	eng  *engine.Engine
+	pol  atomic.Pointer[policy]
+	// netns finds pods' namespaces (the device plugin's); cdi writes the
+	// CDI specs (nil when CDI is off).
+	netns netns.Finder
+	cdi   *cdispec.Writer
 	// pins holds the namespaces services admit past the agent's life
 	// (--pin-netns); nil: only while the agent runs.
 	pins   *pin.Pins
@@ -93,10 +103,11 @@ func (a *parts) close() {
 // parts made so far are returned for closing.
 func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, error) {
 	a := &parts{opts: opts, logger: logger}
-	steps := []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildResources, a.buildState, a.buildIPAM, a.buildServing}
+	front := a.buildPlugin
 	if opts.API == APIDRA {
-		steps = []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildState, a.buildDRA, a.buildIPAM, a.buildServing}
+		front = a.buildDRA
 	}
+	steps := []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildState, a.buildIPAM, front, a.buildServing}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return a, err
@@ -152,7 +163,8 @@ func (a *parts) buildKube(context.Context) error {
 	return nil
 }
 
-// buildNICs discovers the NICs, opens their drivers and makes the binder.
+// buildNICs discovers the NICs, opens their drivers, and makes what finds
+// and pins the pods' namespaces and the CDI writer.
 func (a *parts) buildNICs(ctx context.Context) error {
 	opts, cfg, logger := a.opts, a.cfg, a.logger
 	disc, err := sysfs.Discover(os.DirFS(opts.SysfsRoot))
@@ -162,10 +174,6 @@ func (a *parts) buildNICs(ctx context.Context) error {
 	for _, p := range disc.Problems {
 		logger.Warn("discovery problem", "err", p)
 	}
-	allocDir := filepath.Join(opts.StateDir, "containers")
-	if err := os.MkdirAll(allocDir, 0o755); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
 	finder, criConn, err := newNetnsFinder(ctx, opts, logger)
 	if err != nil {
 		return err
@@ -173,20 +181,8 @@ func (a *parts) buildNICs(ctx context.Context) error {
 	if criConn != nil {
 		a.closers = append(a.closers, criConn)
 	}
-	a.b = &binder{
-		node:     opts.NodeName,
-		resource: cfg.NICResource.Name,
-		logger:   logger.With("component", "binder"),
-		nics:     map[string]*nic{},
-		devNIC:   map[string]string{},
-		resolve:  map[string]func([]string) ([]*nic, error){},
-		netns:    handles{finder},
-		files:    &allocFiles{dir: allocDir},
-		metrics:  a.m,
-		events:   a.events,
-		now:      time.Now,
-	}
-	a.b.setPolicy(policyFrom(cfg))
+	a.netns = finder
+	a.pol.Store(new(policyFrom(cfg)))
 	if opts.PinNetns {
 		pins, err := pin.New(filepath.Join(opts.StateDir, "netns"))
 		if err != nil {
@@ -197,6 +193,7 @@ func (a *parts) buildNICs(ctx context.Context) error {
 		}
 		a.pins = pins
 	}
+	a.nics = nicSet{}
 	for _, n := range disc.NICs {
 		if a.openNIC(n) {
 			a.served = append(a.served, n)
@@ -204,6 +201,10 @@ func (a *parts) buildNICs(ctx context.Context) error {
 	}
 	if len(a.served) == 0 {
 		logger.Warn("no usable Slingshot NIC found; the NIC resource will advertise nothing", "sysfs", opts.SysfsRoot)
+	}
+	a.inv = newInventory(a.served)
+	for _, n := range a.served {
+		a.m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
 	}
 	if cfg.CDIEnabled() {
 		var opts []cdispec.Option
@@ -220,7 +221,7 @@ func (a *parts) buildNICs(ctx context.Context) error {
 			return err
 		}
 		a.closers = append(a.closers, w)
-		a.b.files.cdi = w
+		a.cdi = w
 	}
 	return nil
 }
@@ -238,7 +239,7 @@ func (a *parts) pinner() engine.Pinner {
 	return engine.Pins{Pins: a.pins}
 }
 
-// openNIC opens a discovered NIC's driver and adds it to the binder. It
+// openNIC opens a discovered NIC's driver and adds it to the NICs. It
 // reports whether the NIC is served: virtual functions and NICs whose
 // device cannot be opened are not.
 func (a *parts) openNIC(n sysfs.NIC) bool {
@@ -264,102 +265,46 @@ func (a *parts) openNIC(n sysfs.NIC) bool {
 	client := cxi.NewClient(countingDevice{Device: dev, busy: a.m.busyRetries.WithLabelValues(n.Name)},
 		cxi.WithDestroyRetry(retry), cxi.WithLogger(a.logger.With("nic", n.Name)),
 		cxi.WithDeviceMaxima(n.Properties.Max))
-	nd := &nic{name: n.Name, index: n.Index, devPath: filepath.Join(a.opts.DevRoot, n.Name), drv: client}
-	if n.NetDev != nil {
-		nd.netdev = n.NetDev.Name
-	}
-	a.b.nics[n.Name] = nd
-	shares := a.cfg.NICResource.SharesPerNIC
-	for s := range shares {
-		a.b.devNIC[nicDeviceID(n, s, shares)] = n.Name
-	}
+	a.nics[n.Name] = &nic{name: n.Name, index: n.Index, drv: client}
 	return true
 }
 
-// buildResources makes the device-plugin front end: the served
-// resources, their servers and the pod watch.
-func (a *parts) buildResources(context.Context) error {
-	opts, cfg, b := a.opts, a.cfg, a.b
-	a.inv = newInventory(a.served, cfg.NICResource.SharesPerNIC)
-	for _, n := range a.served {
-		a.m.nicSpeed.WithLabelValues(n.Name).Set(float64(n.Properties.SpeedMbps))
-	}
+// buildPlugin makes the device-plugin front end over the engine: the
+// served resources, their servers and the pod watch.
+func (a *parts) buildPlugin(context.Context) error {
+	var read devplugin.AnnotationReader
 	if a.kcfg != nil {
-		read, err := apiAnnotations(a.kcfg)
-		if err != nil {
+		var err error
+		if read, err = apiAnnotations(a.kcfg); err != nil {
 			return err
 		}
-		b.annotations = read
 	}
-	f := &pluginFront{a: a}
-	if err := a.buildUnits(f); err != nil {
-		return err
+	var addrs devplugin.AddressAllocator
+	if a.ipam != nil {
+		addrs = a.ipam
 	}
-	resources := []string{cfg.NICResource.Name}
-	if f.units != nil {
-		resources = append(resources, f.units.name)
-	}
-	pluginDir := filepath.Join(opts.KubeletDir, "device-plugins")
-	f.res = &nicResource{name: cfg.NICResource.Name, b: b, shares: cfg.NICResource.SharesPerNIC, topo: a.inv.topology()}
-	b.resolve[f.res.name] = b.nicsOf
-	var err error
-	if f.server, f.unitServer, err = newPluginServers(pluginDir, f.res, f.units, a.logger, a.reg); err != nil {
-		return err
-	}
-	lister, conn, err := podwatch.DialKubelet(filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock"))
+	f, closeConn, err := devplugin.New(devplugin.Config{
+		Node: a.opts.NodeName, Settings: a.cfg, Engine: a.eng, NICs: a.served,
+		DevRoot: a.opts.DevRoot, SysfsRoot: a.opts.SysfsRoot, ProcRoot: a.opts.ProcRoot, KubeletDir: a.opts.KubeletDir,
+		FilesDir: filepath.Join(a.opts.StateDir, "containers"), CDI: a.cdi,
+		Netns: handles{a.netns}, Annotations: read, Addrs: addrs,
+		Jobs:      func() *jobpolicy.Policy { return a.pol.Load().jobs },
+		Healthy:   a.inv.healthy,
+		Reconcile: devplugin.ReconcileOptions{CleanManaged: a.opts.CleanManaged, ManagedLo: a.managedLo, ManagedHi: a.managedHi},
+		Metrics:   a.m.plugin(), Events: a.events, Registerer: a.reg, Logger: a.logger,
+	})
 	if err != nil {
 		return err
 	}
-	a.closers = append(a.closers, conn)
-	for _, r := range resources {
-		a.m.kubeletNudges.WithLabelValues(r) // exported at 0 from the start
-	}
-	f.watcher = podwatch.New(podwatch.Config{
-		Lister:       lister,
-		Resources:    resources,
-		PluginDir:    pluginDir,
-		PollInterval: cfg.PodResources.PollInterval.Duration,
-		Nudge:        a.m.countNudges(nudgeKubelet(f.servers())),
-		OnList:       a.m.observeList,
-		Logger:       a.logger.With("component", "podwatch"),
-	})
-	b.pods = f.watcher
+	a.closers = append(a.closers, closerFunc(closeConn))
 	a.fe = f
 	return nil
 }
 
-// buildUnits makes the GPU machine type's resource, where one is
-// configured; its NICs leave the NIC resource.
-func (a *parts) buildUnits(f *pluginFront) error {
-	if len(a.cfg.GPU.MachineTypes) == 0 {
-		return nil
-	}
-	opts := a.opts
-	units, notes, err := newUnitResource(a.b, a.cfg, opts.NodeName, os.DirFS(opts.SysfsRoot), os.DirFS(opts.ProcRoot),
-		os.DirFS(opts.DevRoot), opts.DevRoot, a.served, a.inv)
-	for _, note := range notes {
-		a.logger.Info("GPU machine types", "note", note)
-	}
-	if err != nil {
-		return err
-	}
-	f.units = units
-	a.inv.unitNICs = map[string]bool{}
-	for _, u := range units.carving.Units {
-		for _, n := range u.NICs {
-			a.inv.unitNICs[n.Name] = true
-		}
-	}
-	for id, name := range a.b.devNIC {
-		if a.inv.unitNICs[name] {
-			delete(a.b.devNIC, id) // the NIC resource does not offer unit NICs
-		}
-	}
-	a.b.resolve[units.name] = units.resolve
-	a.logger.Info("GPU machine type", "resource", units.name, "units", len(units.carving.Units), "mode", units.mode,
-		"excluded_gpus", len(units.carving.Excluded), "nic_resource_nics", len(a.served)-len(a.inv.unitNICs))
-	return nil
-}
+// closerFunc is a func as an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // buildState opens the agent's checkpoint and its controller client.
 func (a *parts) buildState(ctx context.Context) error {
@@ -386,14 +331,21 @@ func (a *parts) buildState(ctx context.Context) error {
 	}
 	// The heartbeats, which ask for the VNIs in use, begin once the
 	// engine is made.
-	client, err := newLeaser(ctx, a.opts, func(ctx context.Context) ([]uint16, error) { return a.b.eng.InUseVNIs(ctx) }, a.logger, a.reg)
+	client, err := newLeaser(ctx, a.opts, func(ctx context.Context) ([]uint16, error) { return a.eng.InUseVNIs(ctx) }, a.logger, a.reg)
 	if err != nil {
 		return err
 	}
 	a.closers = append(a.closers, client)
 	client.RestorePodVNIs(localVNIs(store.Snapshot()))
 	a.client = client
-	return a.b.newEngine(store, timedLeaser{vniLeaser: client, m: a.m}, a.pinner())
+	store.OnWriteError(func(error) { a.m.checkpointErrors.Inc() })
+	a.eng, err = engine.New(engine.Config{
+		Node: a.opts.NodeName, Store: store, NICs: a.nics, Leaser: timedLeaser{Leaser: client, m: a.m},
+		Metrics: a.m.engine(), Pins: a.pinner(),
+		Defaults: func() engine.Defaults { return a.pol.Load().defaults },
+		Events:   a.events, Log: a.logger.With("component", "engine"), Now: time.Now,
+	})
+	return err
 }
 
 // buildServing makes the health monitor, the admin HTTP endpoint and the
@@ -405,10 +357,10 @@ func (a *parts) buildServing(context.Context) error {
 		PollInterval: a.cfg.Health.PollInterval.Duration,
 		Registerer:   a.reg,
 	})
-	a.dsvc = newDefaultServiceGuard(a.b, a.m, a.logger, a.cfg.AllowOpenDefaultService)
+	a.dsvc = newDefaultServiceGuard(a.nics, a.m, a.logger, a.cfg.AllowOpenDefaultService)
 	a.dsvc.events, a.dsvc.node = a.events, a.opts.NodeName
 	a.drain = &drainWatch{
-		node: a.opts.NodeName, after: &a.drainAfter, pending: func() []pendingDestroy { return pendingOf(a.b.eng) },
+		node: a.opts.NodeName, after: &a.drainAfter, pending: func() []pendingDestroy { return pendingOf(a.eng) },
 		events: a.events, logger: a.logger.With("component", "drain"), now: time.Now,
 		stuckG: func(n int) { a.m.cleanupStuck.Set(float64(n)) },
 	}
@@ -431,7 +383,8 @@ func (a *parts) buildServing(context.Context) error {
 
 // report is the inspect endpoint's view of the agent.
 func (a *parts) report(ctx context.Context) *inspect.Report {
-	r := a.fe.report(ctx, a.ready.Load())
+	r := a.commonReport(ctx, a.ready.Load())
+	a.fe.Report(ctx, r)
 	if a.ipam != nil {
 		snap := a.ipam.Inspect()
 		r.IPAM = &snap
@@ -446,10 +399,10 @@ func (a *parts) reload(c config.Config) {
 		a.logger.Error("changed configuration not applied", "err", err)
 		return
 	}
-	a.b.setPolicy(policyFrom(c))
+	a.pol.Store(new(policyFrom(c)))
 	a.dsvc.setAllow(c.AllowOpenDefaultService)
 	a.drainAfter.Store(int64(c.Cleanup.DrainAfter.Duration))
-	a.fe.reload(c)
+	a.fe.Reload(c)
 	old := a.cfg
 	// The hsn interface is part of the policy, applied at once to the
 	// pods bound from now on.
@@ -475,13 +428,13 @@ func (a *parts) run(ctx context.Context) error {
 		defer a.kevents.stop()
 	}
 	g.Go(func() error { return a.client.Run(gctx) })
-	if err := a.fe.start(gctx, func(err error) { cancel(err) }); err != nil {
+	if err := a.fe.Start(gctx, func(err error) { cancel(err) }); err != nil {
 		cancel(err)
 		return errors.Join(err, g.Wait())
 	}
-	defer a.fe.stop()
+	defer a.fe.Stop()
 	// The state gauges read the reconciled record, whichever front end.
-	a.reg.MustRegister(newStateCollector(a.b))
+	a.reg.MustRegister(newStateCollector(a.eng, a.nics))
 	if a.lis != nil {
 		a.logger.Info("serving metrics, health and inspect", "addr", a.lis.Addr().String())
 		g.Go(a.serveHTTP)
@@ -496,15 +449,15 @@ func (a *parts) run(ctx context.Context) error {
 	if a.cfgWatcher != nil {
 		g.Go(func() error { return a.cfgWatcher.Run(gctx) })
 	}
-	for _, unit := range a.fe.loops(gctx) {
+	for _, unit := range a.fe.Loops(gctx) {
 		g.Go(unit)
 	}
 	a.ready.Store(true)
 	a.m.ready.Set(1)
-	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "version", version.Version, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.describe()...)...)
+	a.logger.Info("agent ready", append([]any{"node", a.opts.NodeName, "version", version.Version, "nics", len(a.served), "driver", a.opts.CXIDriver}, a.fe.Describe()...)...)
 
 	err := g.Wait()
-	a.b.eng.Namespaces().CloseAll()
+	a.eng.Namespaces().CloseAll()
 	a.m.ready.Set(0)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
@@ -513,17 +466,6 @@ func (a *parts) run(ctx context.Context) error {
 		a.logger.Info("agent stopped")
 	}
 	return err
-}
-
-// reconcile brings the driver and the checkpoint together at start.
-func (a *parts) reconcile(ctx context.Context) error {
-	rep, err := a.b.Reconcile(ctx, reconcileOptions{cleanManaged: a.opts.CleanManaged, managedLo: a.managedLo, managedHi: a.managedHi})
-	if err != nil {
-		return fmt.Errorf("start-up reconcile: %w", err)
-	}
-	a.logger.Info("reconciled with the driver", "kept", rep.Kept, "adopted", rep.Adopted, "recreated", rep.Recreated,
-		"destroyed", rep.Destroyed, "cleaned_pods", rep.CleanedPods, "foreign", rep.Foreign)
-	return nil
 }
 
 // serveHTTP serves the admin endpoint until shutdownHTTP stops it.
@@ -549,12 +491,12 @@ func (a *parts) notReady() string {
 	if why := a.dsvc.notReady(); why != "" {
 		return why
 	}
-	return a.fe.notReady()
+	return a.fe.NotReady()
 }
 
 // serving reports whether the kubelet is served: the device plugin is
 // registered, or the DRA driver.
-func (a *parts) serving() bool { return a.fe.serving() }
+func (a *parts) serving() bool { return a.fe.Serving() }
 
 // followHealth advertises the NICs' health changes until the monitor's
 // events end (when it stops).
@@ -563,7 +505,7 @@ func (a *parts) followHealth() {
 		if a.inv.setHealth(ev.NIC, ev.Healthy, ev.Reason) {
 			a.logger.Info("NIC health changed", "nic", ev.NIC, "healthy", ev.Healthy, "reason", ev.Reason)
 			a.events.Record(event.Node(a.opts.NodeName), healthReason(ev.Healthy), healthMessage(ev.NIC, ev.Healthy, ev.Reason))
-			a.fe.healthChanged()
+			a.fe.HealthChanged()
 		}
 		a.m.nicSpeed.WithLabelValues(ev.NIC).Set(float64(ev.Status.SpeedMbps))
 	}

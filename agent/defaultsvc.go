@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,12 +43,8 @@ type defaultServiceState struct {
 	err     error
 }
 
-func newDefaultServiceGuard(b *binder, m *metrics, logger *slog.Logger, allow bool) *defaultServiceGuard {
-	g := &defaultServiceGuard{m: m, logger: logger.With("component", "default-service"), state: map[string]defaultServiceState{}, events: event.Nop{}}
-	for _, n := range b.nics {
-		g.nics = append(g.nics, n)
-	}
-	slices.SortFunc(g.nics, func(x, y *nic) int { return x.index - y.index })
+func newDefaultServiceGuard(nics nicSet, m *metrics, logger *slog.Logger, allow bool) *defaultServiceGuard {
+	g := &defaultServiceGuard{nics: nics.byIndex(), m: m, logger: logger.With("component", "default-service"), state: map[string]defaultServiceState{}, events: event.Nop{}}
 	g.allow.Store(allow)
 	return g
 }

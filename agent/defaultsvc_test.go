@@ -13,35 +13,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/cxi"
-	"github.com/slingshot-k8s/slingshot/cxi/uapi"
-	"github.com/slingshot-k8s/slingshot/deviceplugin"
 )
 
-// enableDefault does what `cxi_service enable|disable -s 1 -d NIC` does.
-func (r *rig) enableDefault(t *testing.T, nicName string, on bool) {
-	t.Helper()
-	if err := uapi.NewDevice(r.sims[nicName]).EnableService(cxi.DefaultServiceID, on); err != nil {
-		t.Fatalf("SVC_ENABLE(1, %v) on %s: %v", on, nicName, err)
-	}
-}
-
 // readyz serves the agent's admin endpoint with notReady and returns a
-// function that GETs /readyz. The device plugin server never serves, so
-// a readiness without a default-service reason is "not serving".
-func readyz(t *testing.T, r *rig, notReady func() string) func() (int, string) {
+// function that GETs /readyz. The kubelet is never served, so a readiness
+// without a default-service reason is "not serving".
+func readyz(t *testing.T, notReady func() string) func() (int, string) {
 	t.Helper()
-	dp, err := deviceplugin.NewServer(deviceplugin.ServerConfig{
-		Resource: &nicResource{name: res, b: r.b, shares: 1}, PluginDir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ready atomic.Bool
 	ready.Store(true)
 	report := func(context.Context) *inspect.Report { return &inspect.Report{} }
-	srv, lis, err := serveHTTP("127.0.0.1:0", "", prometheus.NewRegistry(), &ready, func() bool { return dp.Status().Serving }, report, notReady)
+	srv, lis, err := serveHTTP("127.0.0.1:0", "", prometheus.NewRegistry(), &ready, func() bool { return false }, report, notReady)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +57,11 @@ func readyz(t *testing.T, r *rig, notReady func() string) func() (int, string) {
 // slingshot_agent_default_service_open{nic}, and /readyz fails naming the
 // NIC while one is open, unless allowOpenDefaultService accepts it.
 func TestItem6OpenDefaultServiceFailsReadiness(t *testing.T) {
-	r := newRig(t, t.TempDir(), nil, fakeNetns{})
-	g := newDefaultServiceGuard(r.b, r.b.metrics, testLogger(t), false)
-	get := readyz(t, r, g.notReady)
+	r := newSimRig(t, t.TempDir())
+	g := newDefaultServiceGuard(r.nics, r.m, testLogger(t), false)
+	get := readyz(t, g.notReady)
 	gauge := func(nicName string) float64 {
-		return testutil.ToFloat64(r.b.metrics.defaultServiceOpen.WithLabelValues(nicName))
+		return testutil.ToFloat64(r.m.defaultServiceOpen.WithLabelValues(nicName))
 	}
 
 	if why := g.notReady(); !strings.Contains(why, "not checked yet") {
@@ -118,10 +103,10 @@ func TestItem6OpenDefaultServiceFailsReadiness(t *testing.T) {
 // service enabled after start, and a NIC that cannot be read is not
 // called closed.
 func TestItem6DefaultServiceRecheckedWhileRunning(t *testing.T) {
-	r := newRig(t, t.TempDir(), nil, fakeNetns{})
-	broken := &failingGet{serviceDriver: r.b.nics["cxi1"].drv}
-	r.b.nics["cxi1"].drv = broken
-	g := newDefaultServiceGuard(r.b, r.b.metrics, testLogger(t), false)
+	r := newSimRig(t, t.TempDir())
+	broken := &failingGet{Driver: r.nics["cxi1"].drv}
+	r.nics["cxi1"].drv = broken
+	g := newDefaultServiceGuard(r.nics, r.m, testLogger(t), false)
 	g.check(t.Context())
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -135,7 +120,7 @@ func TestItem6DefaultServiceRecheckedWhileRunning(t *testing.T) {
 
 	r.enableDefault(t, "cxi0", true)
 	waitFor(t, "the loop sees cxi0's default service open", func() bool {
-		return testutil.ToFloat64(r.b.metrics.defaultServiceOpen.WithLabelValues("cxi0")) == 1
+		return testutil.ToFloat64(r.m.defaultServiceOpen.WithLabelValues("cxi0")) == 1
 	})
 	if why := g.notReady(); !strings.Contains(why, "cxi0") {
 		t.Fatalf("not ready %q, want cxi0 named", why)
@@ -151,7 +136,7 @@ func TestItem6DefaultServiceRecheckedWhileRunning(t *testing.T) {
 
 // failingGet is a NIC whose services cannot be read once fail is set.
 type failingGet struct {
-	serviceDriver
+	engine.Driver
 	fail atomic.Bool
 }
 
@@ -159,7 +144,7 @@ func (f *failingGet) Get(ctx context.Context, id uint32) (cxi.Service, error) {
 	if f.fail.Load() {
 		return cxi.Service{}, errors.New("device gone")
 	}
-	return f.serviceDriver.Get(ctx, id)
+	return f.Driver.Get(ctx, id)
 }
 
 // waitFor polls cond, bounded, for state another goroutine changes.

@@ -5,13 +5,15 @@
 // them when the pod exits, and reconciles the driver with its checkpoint
 // after a restart.
 //
-// The pod path is the design's (DESIGN.md, "The pod path"): Allocate makes
-// no network call and writes nothing; PreStartContainer finds the pod
-// from the kubelet's device checkpoint and PodResources, leases its VNI,
-// creates the services, records them and publishes SLINGSHOT_VNIS and
-// SLINGSHOT_SVC_IDS through a CDI spec and a per-container file; a pod is
-// gone only when PodResources and the kubelet's device checkpoint both no
-// longer name it (see package podwatch).
+// This package only wires the parts and serves HTTP: it opens the NICs'
+// drivers, makes the one bind engine (package engine) over them and the
+// checkpoint, and one front end over the engine, as --api says: the
+// device plugin (package devplugin) or DRA (package dra, wired in
+// dramode.go). Neither front end creates, binds or destroys a CXI service
+// itself; the engine does, for pods and claims alike. Beside them it runs
+// what both modes share: the controller link, the node's IPAM, the NICs'
+// health, the default-service guard, the drain of stuck services, and
+// the metrics, health and inspect endpoint.
 //
 // [Run] wires the parts and owns every goroutine; cmd/slingshot-agent only
 // parses flags.

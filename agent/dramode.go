@@ -52,13 +52,12 @@ type draFront struct {
 // controller client: no device-plugin server and no PodResources watch,
 // since a node serves its NICs through one API only.
 func (a *parts) buildDRA(context.Context) error {
-	if n := len(a.b.eng.Holders(checkpoint.KindPod)); n > 0 {
+	if n := len(a.eng.Holders(checkpoint.KindPod)); n > 0 {
 		return fmt.Errorf("--api=dra: the checkpoint records %d pods bound through the device plugin; switch a node's API once its pods are drained (slingshot-agent inspect lists them)", n)
 	}
 	if len(a.cfg.GPU.MachineTypes) > 0 {
 		a.logger.Warn("--api=dra serves the NICs only; GPU machine types are served through the device plugin (--api=deviceplugin)")
 	}
-	a.inv = newInventory(a.served, 1)
 	kube := a.kube
 	pods, err := newPodMetaWatch(a.kcfg, a.opts.NodeName)
 	if err != nil {
@@ -79,9 +78,9 @@ func (a *parts) buildDRA(context.Context) error {
 		return err
 	}
 	mgr, err := dra.NewManager(dra.ManagerConfig{
-		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.b.eng,
+		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.eng,
 		NICs: nics, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
-		Jobs:   func() *jobpolicy.Policy { return a.b.policy().jobs },
+		Jobs:   func() *jobpolicy.Policy { return a.pol.Load().jobs },
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
 		// NRI names the sandbox's namespace by its host path
@@ -108,10 +107,10 @@ func (a *parts) buildDRA(context.Context) error {
 // through CDI, so without it no claim could be served: refused, rather
 // than writing specs that cdi.enabled says are off.
 func (a *parts) draCDI() (*cdispec.Writer, error) {
-	if a.b.files.cdi == nil {
+	if a.cdi == nil {
 		return nil, errors.New("--api=dra needs CDI: a claim's device and environment reach its containers only through a CDI spec (set cdi.enabled: true)")
 	}
-	return a.b.files.cdi, nil
+	return a.cdi, nil
 }
 
 // draNICs are the served NICs as the claims' Manager takes them, with
@@ -123,11 +122,10 @@ func (a *parts) draNICs() ([]dra.NICDevice, map[string]string, error) {
 	roots := map[string]string{}
 	tree := pcisysfs.NewTree(os.DirFS(a.opts.SysfsRoot))
 	for _, n := range a.served {
-		nd := a.b.nics[n.Name]
-		if nd == nil {
+		if a.nics[n.Name] == nil {
 			return nil, nil, fmt.Errorf("--api=dra: NIC %s is served but not opened", n.Name)
 		}
-		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: nd.devPath})
+		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: filepath.Join(a.opts.DevRoot, n.Name)})
 		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
 			roots[n.Name] = topo.Root
 		} else {
@@ -162,7 +160,7 @@ func (d *draFront) devices() []dra.NIC {
 	return out
 }
 
-func (d *draFront) start(ctx context.Context, fatal func(error)) error {
+func (d *draFront) Start(ctx context.Context, fatal func(error)) error {
 	a := d.a
 	klog.SetSlogLogger(a.logger.With("component", "dra-helper"))
 	rep, err := d.mgr.Reconcile(ctx, a.managedLo, a.managedHi)
@@ -198,7 +196,7 @@ func (d *draFront) publish(ctx context.Context) {
 	}
 }
 
-func (d *draFront) loops(ctx context.Context) []func() error {
+func (d *draFront) Loops(ctx context.Context) []func() error {
 	grace := d.a.opts.DRALostClaimGrace
 	collector := &dra.Collector{M: d.mgr, Claims: dra.APIClaims{Client: d.kube}, Grace: grace, Now: time.Now}
 	return []func() error{
@@ -209,9 +207,9 @@ func (d *draFront) loops(ctx context.Context) []func() error {
 	}
 }
 
-// healthChanged republishes the ResourceSlice: a NIC's health is its
+// HealthChanged republishes the ResourceSlice: a NIC's health is its
 // device taint, which the scheduler reads.
-func (d *draFront) healthChanged() {
+func (d *draFront) HealthChanged() {
 	d.mu.Lock()
 	ctx := d.ctx
 	d.mu.Unlock()
@@ -220,22 +218,22 @@ func (d *draFront) healthChanged() {
 	}
 }
 
-func (d *draFront) serving() bool {
+func (d *draFront) Serving() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.drv != nil && d.drv.Registered()
 }
 
-func (d *draFront) notReady() string {
+func (d *draFront) NotReady() string {
 	if err := d.nri.Ready(); err != nil {
 		return err.Error()
 	}
 	return ""
 }
 
-func (d *draFront) reload(config.Config) {}
+func (d *draFront) Reload(config.Config) {}
 
-func (d *draFront) stop() {
+func (d *draFront) Stop() {
 	d.mu.Lock()
 	drv := d.drv
 	d.mu.Unlock()
@@ -244,15 +242,14 @@ func (d *draFront) stop() {
 	}
 }
 
-func (d *draFront) describe() []any {
+func (d *draFront) Describe() []any {
 	a := d.a
 	return []any{"api", APIDRA, "driver_name", a.opts.DRADriverName, "nri_socket", a.opts.NRISocket,
 		"kubelet_plugins", filepath.Join(a.opts.KubeletDir, "plugins", a.opts.DRADriverName)}
 }
 
-// report is the inspect view with the claims.
-func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
-	r := d.a.b.report(ctx, d.a.inv, ready, nil)
+// Report adds the claims to the inspect view.
+func (d *draFront) Report(_ context.Context, r *inspect.Report) {
 	for _, rec := range d.mgr.Records() {
 		c := inspect.Claim{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, VNI: rec.VNI, Scope: rec.Scope, BoundPod: rec.BoundPod,
 			Collectives: engine.CollectivesJobID(rec.CollEnv)}
@@ -278,5 +275,4 @@ func (d *draFront) report(ctx context.Context, ready bool) *inspect.Report {
 		}
 		r.Claims = append(r.Claims, c)
 	}
-	return r
 }

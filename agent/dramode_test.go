@@ -22,26 +22,27 @@ import (
 func TestBuildDRAFailsClosedAndMakesNoSecondCDIWriter(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		spoil   func(r *rig)
+		spoil   func(a *parts)
 		wantErr string // "": built
 	}{
-		{"built over the agent's writer", func(*rig) {}, ""},
-		{"CDI off", func(r *rig) { r.b.files.cdi = nil }, "--api=dra needs CDI"},
+		{"built over the agent's writer", func(*parts) {}, ""},
+		{"CDI off", func(a *parts) { a.cdi = nil }, "--api=dra needs CDI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, t.TempDir(), nil, fakeNetns{})
-			tc.spoil(r)
+			r := newSimRig(t, t.TempDir())
 			a := &parts{
 				opts: Options{NodeName: "n1", DRADriverName: "cxi.slingshot.hpe.com", NRISocket: "/nonexistent/nri.sock",
 					SysfsRoot: t.TempDir(), ProcRoot: t.TempDir(), CXIDriver: "sim"},
 				logger: testLogger(t), reg: prometheus.NewPedanticRegistry(), events: event.Nop{},
 				// Never contacted: nothing is run.
 				kube: fake.NewClientset(), kcfg: &rest.Config{Host: "https://127.0.0.1:1"},
-				b: r.b, m: r.b.metrics,
+				nics: r.nics, eng: r.eng, cdi: r.cdi, m: r.m,
 				served: []sysfs.NIC{{Name: "cxi0", PCIAddress: "0000:21:00.0"}, {Name: "cxi1", PCIAddress: "0000:22:00.0"}},
 			}
-			a.cfg.NICResource.Name = res
-			w := r.b.files.cdi
+			a.cfg.NICResource.Name = "hpe.com/cxi"
+			a.pol.Store(new(policyFrom(a.cfg)))
+			tc.spoil(a)
+			w := a.cdi
 			err := a.buildDRA(t.Context())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -51,4 +54,32 @@ func (d countingDevice) DestroyService(id uint32) error {
 		d.busy.Inc()
 	}
 	return err
+}
+
+// nic is an opened NIC: its driver, which the engine alone binds through
+// (nicSet), and which the default-service guard and the inspect view read.
+type nic struct {
+	name  string // "cxi0"
+	index int
+	drv   engine.Driver
+}
+
+// nicSet is the opened NICs as the engine reads them.
+type nicSet map[string]*nic
+
+func (s nicSet) Driver(name string) (engine.Driver, bool) {
+	n, ok := s[name]
+	if !ok {
+		return nil, false
+	}
+	return n.drv, true
+}
+
+func (s nicSet) Names() []string { return slices.Sorted(maps.Keys(s)) }
+
+// byIndex is the NICs in their index order.
+func (s nicSet) byIndex() []*nic {
+	out := slices.Collect(maps.Values(s))
+	slices.SortFunc(out, func(x, y *nic) int { return x.index - y.index })
+	return out
 }

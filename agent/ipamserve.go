@@ -20,7 +20,7 @@ import (
 const IPAMStateName = "ipam.json"
 
 // buildIPAM makes the node's address allocator over the controller's IP
-// slices, hands it to the pod path and the heartbeat, and listens on the
+// slices, hands it to the heartbeat (and the device-plugin front end, made after it), and listens on the
 // slingshot-ipam plugin's socket.
 func (a *parts) buildIPAM(context.Context) error {
 	alloc, err := ipam.New(ipam.Options{
@@ -40,8 +40,6 @@ func (a *parts) buildIPAM(context.Context) error {
 	}
 	a.ipam = alloc
 	a.client.SetSliceHolder(sliceHolder{a: alloc, events: a.events, node: a.opts.NodeName})
-	a.b.addrs = alloc
-	a.b.linker = netlinkHSN{}
 	if a.opts.IPAMSocket == "" {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -13,13 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/slingshot-k8s/slingshot/agent/internal/controllertest"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/controller"
-	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	ctlslices "github.com/slingshot-k8s/slingshot/controller/slices"
-	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/internal/netreq"
 )
@@ -48,48 +44,6 @@ func (c *ipsClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// serveController serves a real controller (sqlite store, group commit)
-// of cfg over gRPC on loopback until the test ends, and returns it and its
-// address once it has loaded its state.
-func serveController(tb testing.TB, cfg controller.Config) (*controller.Allocator, string) {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "controller.db"))
-	if err != nil {
-		cancel()
-		tb.Fatal(err)
-	}
-	svc, err := controller.New(st, nil, nil, cfg)
-	if err != nil {
-		cancel()
-		_ = st.Close()
-		tb.Fatal(err)
-	}
-	g := grpc.NewServer()
-	grpcapi.NewServer(svc, time.Minute).Register(g)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		_ = st.Close()
-		tb.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = svc.Run(ctx) })
-	wg.Go(func() { _ = g.Serve(lis) })
-	tb.Cleanup(func() {
-		cancel()
-		g.Stop()
-		wg.Wait()
-		_ = st.Close()
-	})
-	select {
-	case <-svc.Loaded():
-	case <-time.After(30 * time.Second):
-		tb.Fatal("controller did not load its state")
-	}
-	return svc, lis.Addr().String()
-}
-
 // ipsController is a real controller with IP pools on loopback gRPC. Its
 // own sweep loop never fires: tests sweep explicitly.
 type ipsController struct {
@@ -112,7 +66,7 @@ func newIPSController(t *testing.T, pools ...string) *ipsController {
 		}
 		cfg.IPPools = append(cfg.IPPools, spec)
 	}
-	svc, addr := serveController(t, cfg)
+	svc, addr := controllertest.Serve(t, cfg)
 	return &ipsController{svc: svc, addr: addr, clock: clock, cfg: cfg}
 }
 

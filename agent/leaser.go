@@ -14,26 +14,27 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
 
 // timedLeaser measures the controller calls of the pod path.
 type timedLeaser struct {
-	vniLeaser
+	engine.Leaser
 	m *metrics
 }
 
 func (t timedLeaser) AcquireJobVNI(ctx context.Context, pod controllerclient.PodRef) (controllerclient.Lease, error) {
 	start := t.m.now()
-	l, err := t.vniLeaser.AcquireJobVNI(ctx, pod)
+	l, err := t.Leaser.AcquireJobVNI(ctx, pod)
 	t.m.controllerCalls.WithLabelValues("acquire", result(err)).Observe(t.m.now().Sub(start).Seconds())
 	return l, err
 }
 
 func (t timedLeaser) ReleaseJobVNI(ctx context.Context, l controllerclient.Lease) error {
 	start := t.m.now()
-	err := t.vniLeaser.ReleaseJobVNI(ctx, l)
+	err := t.Leaser.ReleaseJobVNI(ctx, l)
 	t.m.controllerCalls.WithLabelValues("release", result(err)).Observe(t.m.now().Sub(start).Seconds())
 	return err
 }

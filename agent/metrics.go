@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slingshot-k8s/slingshot/agent/devplugin"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 )
@@ -48,6 +49,13 @@ type metrics struct {
 // ends.
 func (m *metrics) engine() engine.Metrics {
 	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices, Teardown: m.cleanupLatency}
+}
+
+// plugin is the part of the metrics the device-plugin front end counts;
+// they are registered in both modes.
+func (m *metrics) plugin() devplugin.Metrics {
+	return devplugin.Metrics{PreStart: m.preStart, HSNErrors: m.hsnErrors, Nudges: m.kubeletNudges,
+		PodLists: m.podLists, ListLatency: m.podListLatency}
 }
 
 // fastBuckets span 100 µs to ~3 s: PreStart and controller calls.
@@ -176,10 +184,6 @@ func result(err error) string {
 	return "ok"
 }
 
-func (m *metrics) observePreStart(start time.Time, err error) {
-	m.preStart.WithLabelValues(result(err)).Observe(m.now().Sub(start).Seconds())
-}
-
 // observeCDIVisible records a cdispec.WaitVisible wait.
 func (m *metrics) observeCDIVisible(took time.Duration, visible bool) {
 	r := "visible"
@@ -189,35 +193,20 @@ func (m *metrics) observeCDIVisible(took time.Duration, visible bool) {
 	m.cdiVisible.WithLabelValues(r).Observe(took.Seconds())
 }
 
-// observeList counts a PodResources List call, for [podwatch.Config.OnList].
-func (m *metrics) observeList(r podwatch.ListResult, took time.Duration) {
-	m.podLists.WithLabelValues(string(r)).Inc()
-	if r == podwatch.ListOK {
-		m.podListLatency.Observe(took.Seconds())
-	}
-}
-
-// countNudges counts the nudges of the kubelet that nudge sends, for
-// [podwatch.Config.Nudge].
-func (m *metrics) countNudges(nudge func(resource string)) func(resource string) {
-	return func(resource string) {
-		m.kubeletNudges.WithLabelValues(resource).Inc()
-		nudge(resource)
-	}
-}
-
 // stateCollector exports gauges computed from the agent's state when
 // scraped: services per NIC, and holders (pods, or claims in DRA mode)
 // by state.
 type stateCollector struct {
-	b        *binder
+	eng      *engine.Engine
+	nics     nicSet
 	services *prometheus.Desc
 	pods     *prometheus.Desc
 }
 
-func newStateCollector(b *binder) *stateCollector {
+func newStateCollector(eng *engine.Engine, nics nicSet) *stateCollector {
 	return &stateCollector{
-		b:        b,
+		eng:      eng,
+		nics:     nics,
 		services: prometheus.NewDesc("slingshot_agent_services", "CXI services the agent holds for pods or claims, by NIC.", []string{"nic"}, nil),
 		pods:     prometheus.NewDesc("slingshot_agent_pods", "Pods (device plugin) or claims (DRA) the agent serves, by state (running, cleanup).", []string{"state"}, nil),
 	}
@@ -230,11 +219,11 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	perNIC := map[string]int{}
-	for name := range c.b.nics {
+	for name := range c.nics {
 		perNIC[name] = 0
 	}
 	running, cleaning := 0, 0
-	for _, p := range c.b.eng.All() {
+	for _, p := range c.eng.All() {
 		if p.Exited != nil {
 			cleaning++
 		} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/slingshot-k8s/slingshot/agent/devplugin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -76,7 +77,7 @@ func (w *podMetaWatch) meta(namespace, name, uid string) (labels, annotations ma
 // apiAnnotations reads a pod's annotations with one metadata-only GET:
 // the device plugin's pod path asks only where the runtime did not report
 // them with the sandbox (its namespace found through /proc).
-func apiAnnotations(cfg *rest.Config) (annotationReader, error) {
+func apiAnnotations(cfg *rest.Config) (devplugin.AnnotationReader, error) {
 	client, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes metadata client: %w", err)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
@@ -14,7 +15,7 @@ type usageReader interface {
 
 // reservationsOf is inspect's view of what the services svcs of NIC name
 // reserve; none where drv cannot tell (a test's fake driver).
-func reservationsOf(name string, drv serviceDriver, svcs []cxi.Service) []inspect.Reservation {
+func reservationsOf(name string, drv engine.Driver, svcs []cxi.Service) []inspect.Reservation {
 	ur, ok := drv.(usageReader)
 	if !ok {
 		return nil

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -6,25 +6,21 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
-	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/internal/jobreq"
 )
 
-// defaults are the node's service settings, what a pod that asked for no
-// options gets.
-func (p policy) defaults() engine.Defaults {
-	return engine.Defaults{TCs: p.tcs, Limits: p.limits, Adjust: p.adjust}
-}
-
-// jobPolicy is the policy's jobOptions; a policy made without them (a
-// test's) has the defaults.
-func (p policy) jobPolicy() *jobpolicy.Policy {
-	if p.jobs == nil {
+// jobPolicy is what pods may ask for their services; where none was
+// given (a test's binder), the defaults.
+func (b *binder) jobPolicy() *jobpolicy.Policy {
+	if b.jobs == nil {
 		return jobpolicy.New(config.Default())
 	}
-	return p.jobs
+	if p := b.jobs(); p != nil {
+		return p
+	}
+	return jobpolicy.New(config.Default())
 }
 
 // optionsFor resolves the service options pod asks for in its annotation
@@ -51,16 +47,16 @@ func (b *binder) optionsFor(ctx context.Context, pod *podwatch.Pod, h nsHandle) 
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: %w", pod.Key(), err)
 	}
-	o, err := b.policy().jobPolicy().Resolve(pod.Namespace, req)
+	o, err := b.jobPolicy().Resolve(pod.Namespace, req)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s, annotation %s: %w", pod.Key(), jobreq.Annotation, err)
 	}
 	return o, nil
 }
 
-// annotationReader reads a pod's annotations from the API server; the
+// AnnotationReader reads a pod's annotations from the API server; the
 // pod's UID must match.
-type annotationReader func(ctx context.Context, namespace, name, uid string) (map[string]string, error)
+type AnnotationReader func(ctx context.Context, namespace, name, uid string) (map[string]string, error)
 
 // podAnnotations are pod's annotations: the runtime's, reported with the
 // sandbox, else the API server's; nil where neither can tell.

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
@@ -65,7 +66,7 @@ func (r *nicResource) Allocate(_ context.Context, req *pluginapi.ContainerAlloca
 func (b *binder) addSlingshot(resp *pluginapi.ContainerAllocateResponse, ids []string, nics []*nic) {
 	key := cdispec.AllocationKey(ids)
 	resp.Envs[engine.EnvDevices] = strings.Join(nicNames(nics), ",")
-	resp.Envs[engine.EnvTCs] = b.policy().tcs.String()
+	resp.Envs[engine.EnvTCs] = b.eng.TCs(checkpoint.Holder{}).String() // the node's: a pod's own options are known only at PreStart
 	resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
 		ContainerPath: ContainerDir,
 		HostPath:      b.files.hostPath(key),

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/internal/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -16,7 +18,7 @@ import (
 // timedDriver adds up the time spent in the driver, so benchmarks can
 // report the agent's own share of a bind apart from it.
 type timedDriver struct {
-	serviceDriver
+	engine.Driver
 	mu    sync.Mutex
 	total time.Duration
 }
@@ -29,34 +31,34 @@ func (d *timedDriver) time(start time.Time) {
 
 func (d *timedDriver) Create(ctx context.Context, s cxi.ServiceSpec) (cxi.Service, error) {
 	defer d.time(time.Now())
-	return d.serviceDriver.Create(ctx, s)
+	return d.Driver.Create(ctx, s)
 }
 
 func (d *timedDriver) CreateUnbound(ctx context.Context, s cxi.ServiceSpec) (cxi.Service, error) {
 	defer d.time(time.Now())
-	return d.serviceDriver.CreateUnbound(ctx, s)
+	return d.Driver.CreateUnbound(ctx, s)
 }
 
 func (d *timedDriver) Bind(ctx context.Context, id, inode uint32) (cxi.Service, error) {
 	defer d.time(time.Now())
-	return d.serviceDriver.Bind(ctx, id, inode)
+	return d.Driver.Bind(ctx, id, inode)
 }
 
 func (d *timedDriver) Destroy(ctx context.Context, id uint32) error {
 	defer d.time(time.Now())
-	return d.serviceDriver.Destroy(ctx, id)
+	return d.Driver.Destroy(ctx, id)
 }
 
 func (d *timedDriver) Get(ctx context.Context, id uint32) (cxi.Service, error) {
 	defer d.time(time.Now())
-	return d.serviceDriver.Get(ctx, id)
+	return d.Driver.Get(ctx, id)
 }
 
 // loopbackController serves a real controller (sqlite, group commit) over
 // gRPC on loopback and returns a client of it.
 func loopbackController(b *testing.B) *controllerclient.Client {
 	b.Helper()
-	_, addr := serveController(b, controller.Config{})
+	_, addr := controllertest.Serve(b, controller.Config{})
 	client, err := controllerclient.Dial(addr, controllerclient.Options{Node: "n1"})
 	if err != nil {
 		b.Fatal(err)
@@ -81,9 +83,9 @@ func BenchmarkPreStart(b *testing.B) {
 	r.b.logger = testLoggerDiscard()
 	r.useLeaser(b, loopbackController(b))
 	drivers := map[string]*timedDriver{}
-	for name, n := range r.b.nics {
-		td := &timedDriver{serviceDriver: n.drv}
-		n.drv = td
+	for name, d := range r.drvs {
+		td := &timedDriver{Driver: d}
+		r.drvs[name] = td
 		drivers[name] = td
 	}
 	driverTime := func() time.Duration {

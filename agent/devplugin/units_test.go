@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
-	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
 	"github.com/slingshot-k8s/slingshot/deviceplugin"
 	"github.com/slingshot-k8s/slingshot/gpu"
 )
@@ -40,8 +39,7 @@ func serveUnits(t *testing.T, r *rig, nicsPerUnit int) (pluginapi.DevicePluginCl
 	if len(c.Units) != 2 {
 		t.Fatalf("%d units carved, want 2: %+v", len(c.Units), c.Excluded)
 	}
-	served := []sysfs.NIC{{Name: "cxi0", PCIAddress: "0000:21:00.0", Healthy: true}, {Name: "cxi1", PCIAddress: "0000:22:00.0", Healthy: true}}
-	u := &unitResource{name: unitRes, b: r.b, carving: c, inv: newInventory(served, 1), mode: config.ModeReady,
+	u := &unitResource{name: unitRes, b: r.b, carving: c, healthy: func(string) bool { return true }, mode: config.ModeReady,
 		payload: gpu.PayloadOptions{DevRoot: "/dev", Select: gpu.ByIndex}}
 	r.b.resolve[unitRes] = u.resolve
 

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -51,17 +51,15 @@ func (l *queuedLister) queue(errs ...error) {
 func TestPodResourcesMetrics(t *testing.T) {
 	k := newFakeKubelet(t)
 	k.admit(kubeletPod{"ns", "a", "uid-a", "main", []string{"share-0"}})
-	m := newMetrics(time.Now)
+	m := newTestMetrics()
 	reg := prometheus.NewPedanticRegistry()
-	if err := m.register(reg); err != nil {
-		t.Fatal(err)
-	}
+	reg.MustRegister(m.Nudges, m.PodLists, m.ListLatency)
 	lister := &queuedLister{Lister: k}
 	retry := backoff.Policy{Initial: time.Millisecond, Attempts: 5, Wait: func(ctx context.Context, _ time.Duration) error {
 		return ctx.Err()
 	}}
 	w := podwatch.New(podwatch.Config{Lister: lister, Resources: []string{res}, PluginDir: k.dir, MinListInterval: 1,
-		Retry: retry, Nudge: m.countNudges(k.nudge), OnList: m.observeList, Logger: testLogger(t)})
+		Retry: retry, Nudge: countNudges(m.Nudges, k.nudge), OnList: m.observeList, Logger: testLogger(t)})
 
 	type counts struct {
 		ok, limited, failed, timed, nudges float64
@@ -72,11 +70,11 @@ func TestPodResourcesMetrics(t *testing.T) {
 			t.Fatalf("%s: Refresh = %v", name, err)
 		}
 		got := counts{
-			ok:      testutil.ToFloat64(m.podLists.WithLabelValues("ok")),
-			limited: testutil.ToFloat64(m.podLists.WithLabelValues("rate_limited")),
-			failed:  testutil.ToFloat64(m.podLists.WithLabelValues("error")),
-			timed:   float64(histogramCount(t, m.podListLatency)),
-			nudges:  testutil.ToFloat64(m.kubeletNudges.WithLabelValues(res)),
+			ok:      testutil.ToFloat64(m.PodLists.WithLabelValues("ok")),
+			limited: testutil.ToFloat64(m.PodLists.WithLabelValues("rate_limited")),
+			failed:  testutil.ToFloat64(m.PodLists.WithLabelValues("error")),
+			timed:   float64(histogramCount(t, m.ListLatency)),
+			nudges:  testutil.ToFloat64(m.Nudges.WithLabelValues(res)),
 		}
 		if got != want {
 			t.Fatalf("%s: %+v, want %+v", name, got, want)

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
@@ -168,7 +169,7 @@ func TestItem1RollbackKeepsTheJobsHold(t *testing.T) {
 	}
 	vni := r.record(t, "ns/train-0").VNI
 
-	r.b.nics["cxi1"].drv = failingCreate{r.b.nics["cxi1"].drv}
+	r.drvs["cxi1"] = failingCreate{r.drvs["cxi1"]}
 	pb := kubeletPod{"ns", "train-1", "uid-b", "main", []string{dev1}}
 	k.admit(pb)
 	if err := r.b.PreStart(t.Context(), res, pb.ids); err == nil {
@@ -183,7 +184,7 @@ func TestItem1RollbackKeepsTheJobsHold(t *testing.T) {
 }
 
 // failingCreate is a NIC that refuses new services.
-type failingCreate struct{ serviceDriver }
+type failingCreate struct{ engine.Driver }
 
 func (failingCreate) Create(context.Context, cxi.ServiceSpec) (cxi.Service, error) {
 	return cxi.Service{}, fmt.Errorf("create: %w", cxi.ErrNoResources)
@@ -239,7 +240,7 @@ func TestItem5NamespaceHeldAgainAfterRestart(t *testing.T) {
 
 	r2 := newRig(t, dir, r.leaser, netAB)
 	r2.useWatcher(k, nil)
-	if _, err := r2.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
+	if _, err := r2.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if r2.b.eng.Namespaces().Held("ns/a") != netAB["uid-a"] || r2.b.eng.Namespaces().Held("ns/b") != netAB["uid-b"] {

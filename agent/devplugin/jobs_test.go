@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -8,11 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
-	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -62,7 +59,7 @@ func jobsRig(t *testing.T, netns annotatedNetns) *rig {
 	}
 	r := newRig(t, t.TempDir(), nil, nil)
 	r.b.netns = netns
-	r.b.setPolicy(policyFrom(c))
+	r.useConfig(t, c)
 	return r
 }
 
@@ -174,50 +171,6 @@ func TestPreStartTLEPools(t *testing.T) {
 	}
 }
 
-// TestReservationsShown: inspect and the metrics show what each NIC's
-// services reserve, a TLE-reserving pod's pool among them.
-func TestReservationsShown(t *testing.T) {
-	r := jobsRig(t, annotatedNetns{"uid-a": {4026532001, options(`{"depth":4,"resources":{"TLEs":{"res":8}}}`)}})
-	r.pods.set(pod("hpc", "a", "uid-a", "main", dev0))
-	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
-		t.Fatal(err)
-	}
-	rep := r.b.report(t.Context(), &inventory{}, true, nil)
-	got := map[string]inspect.Reservation{}
-	for _, rv := range rep.Reservations {
-		got[rv.NIC+" "+rv.Resource] = rv
-	}
-	for key, want := range map[string]inspect.Reservation{
-		"cxi0 TLE pools": {NIC: "cxi0", Resource: "TLE pools", Max: 4, Reserved: 2, Free: 2},
-		"cxi1 TLE pools": {NIC: "cxi1", Resource: "TLE pools", Max: 4, Reserved: 1, Free: 3},
-		"cxi0 TLEs":      {NIC: "cxi0", Resource: "TLEs", Max: 2048, Reserved: 512 + 8, Free: 2048 - 520},
-	} {
-		if got[key] != want {
-			t.Errorf("%s = %+v, want %+v", key, got[key], want)
-		}
-	}
-	if rv := got["cxi0 LEs"]; rv.Reserved < 16*4 {
-		t.Errorf("cxi0 LEs reserved %d, want at least the pod's 4 times 16", rv.Reserved)
-	}
-	for _, s := range rep.Services {
-		if s.Pod == "hpc/a" && (s.NIC != "cxi0" || s.TCs != "0xa" || s.Reserved["LEs"] != 64 || s.Reserved["TLEs"] != 8) {
-			t.Errorf("inspect service of hpc/a = %+v, want on cxi0 with classes 0xa, 64 LEs and 8 TLEs reserved", s)
-		}
-	}
-	var table strings.Builder
-	if err := inspect.WriteTable(&table, rep); err != nil || !strings.Contains(table.String(), "TLE pools") {
-		t.Fatalf("table lacks the reservations (%v):\n%s", err, table.String())
-	}
-
-	observeReservations(t.Context(), r.b.metrics, r.b.nics["cxi0"])
-	if v := testutil.ToFloat64(r.b.metrics.nicReserved.WithLabelValues("cxi0", "TLE pools")); v != 2 {
-		t.Fatalf("slingshot_agent_nic_reserved{cxi0, TLE pools} = %v, want 2", v)
-	}
-	if v := testutil.ToFloat64(r.b.metrics.nicFree.WithLabelValues("cxi0", "TLE pools")); v != 2 {
-		t.Fatalf("slingshot_agent_nic_free{cxi0, TLE pools} = %v, want 2", v)
-	}
-}
-
 // Issue 32, defect 4: where the runtime reports nothing of the pod with
 // its namespace (found through /proc), its service-options annotation was
 // ignored and the pod recorded without its options for good, with no
@@ -227,7 +180,7 @@ func TestReservationsShown(t *testing.T) {
 func TestOptionsReadFromTheAPIServerWhereTheRuntimeTellsNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		read    annotationReader
+		read    AnnotationReader
 		wantTCs string // "": the bind fails
 	}{
 		{"read", func(_ context.Context, ns, name, uid string) (map[string]string, error) {

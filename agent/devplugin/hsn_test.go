@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
 	r.b.addrs = h.addrs
 	r.b.linker = h.linker
-	r.b.setPolicy(policy{tcs: r.b.policy().tcs, hsn: map[string]hsnPolicy{res: {mode: hsnlink.Macvlan, name: "hsn0", pool: "hsn0"}}})
+	r.b.setPolicy(policy{hsn: map[string]hsnPolicy{res: {mode: hsnlink.Macvlan, name: "hsn0", pool: "hsn0"}}})
 	return h
 }
 
@@ -323,7 +323,7 @@ func TestHSNReconcile(t *testing.T) {
 	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
 	h.b.eng.Namespaces().CloseAll()
 
-	if _, err := h.b.Reconcile(t.Context(), reconcileOptions{}); err != nil {
+	if _, err := h.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := h.linker.in(4026532001, "hsn0"); !ok || got != spec {

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ func TestItem13ForeignRangeConflictIsNamedAndCounted(t *testing.T) {
 	if !errors.Is(err, cxi.ErrExists) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "cxi0") {
 		t.Fatalf("PreStart = %v, want ErrExists naming %s on cxi0", err, want)
 	}
-	errs := r.b.metrics.serviceErrors
+	errs := r.em.ServiceErrors
 	if c, o := testutil.ToFloat64(errs.WithLabelValues("cxi0", "create_conflict")), testutil.ToFloat64(errs.WithLabelValues("cxi0", "create")); c != 1 || o != 0 {
 		t.Fatalf("service errors on cxi0: create_conflict %v, create %v; want 1 and 0", c, o)
 	}
@@ -84,7 +84,7 @@ func TestItem13SystemServicesAreNeverTouched(t *testing.T) {
 		t.Fatal(err)
 	}
 	system := func(rr *rig, nicName string) []cxi.Service {
-		all, err := rr.b.nics[nicName].drv.List(t.Context())
+		all, err := rr.drvs[nicName].List(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestItem13SystemServicesAreNeverTouched(t *testing.T) {
 	// range it does not own; then the pod exits.
 	r2 := newRig(t, dir, r.leaser, netns)
 	r2.pods.set(pod("ns", "a", "uid-a", "main", dev0, dev1))
-	rep, err := r2.b.Reconcile(t.Context(), reconcileOptions{cleanManaged: true, managedLo: 1, managedHi: 65535})
+	rep, err := r2.b.Reconcile(t.Context(), ReconcileOptions{CleanManaged: true, ManagedLo: 1, ManagedHi: 65535})
 	if err != nil {
 		t.Fatal(err)
 	}

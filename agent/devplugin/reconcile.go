@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
-// reconcileOptions say what a start-up reconcile may destroy beyond the
-// agent's own orphans.
-type reconcileOptions struct {
-	cleanManaged bool
-	managedLo    uint16
-	managedHi    uint16
+// ReconcileOptions say what a start-up reconcile may destroy beyond the
+// agent's own orphans: with CleanManaged, every service in the managed VNI
+// range [ManagedLo, ManagedHi] that no live pod holds.
+type ReconcileOptions struct {
+	CleanManaged bool
+	ManagedLo    uint16
+	ManagedHi    uint16
 }
 
 // reconcileReport counts what a reconcile did.
@@ -38,7 +39,7 @@ type reconcileReport struct {
 // is gone only when the kubelet no longer holds its devices: where
 // PodResources cannot be listed, or lists nothing while the kubelet's
 // checkpoint still names the pod (a kubelet just restarted), it is kept.
-func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcileReport, error) {
+func (b *binder) Reconcile(ctx context.Context, opts ReconcileOptions) (reconcileReport, error) {
 	var rep reconcileReport
 	if _, err := b.pods.Refresh(ctx); err != nil {
 		b.logger.Warn("kubelet PodResources unavailable; keeping every recorded pod for now", "err", err)
@@ -61,7 +62,7 @@ func (b *binder) Reconcile(ctx context.Context, opts reconcileOptions) (reconcil
 	}
 	b.reconcileHSN()
 	b.eng.DropStalePins()
-	orphans, err := b.eng.Orphans(ctx, engine.OrphanRules{Lo: opts.managedLo, Hi: opts.managedHi, CleanManaged: opts.cleanManaged},
+	orphans, err := b.eng.Orphans(ctx, engine.OrphanRules{Lo: opts.ManagedLo, Hi: opts.ManagedHi, CleanManaged: opts.CleanManaged},
 		func(h checkpoint.Holder) bool { return h.Kind == checkpoint.KindPod && !b.gone(h) })
 	rep.Adopted, rep.Destroyed, rep.Foreign = orphans.Adopted, orphans.Destroyed, orphans.Foreign
 	return rep, err

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -14,25 +14,25 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/netreq"
 )
 
-// addressAllocator is what the pod path needs of the node's IPAM;
+// AddressAllocator is what the pod path needs of the node's IPAM;
 // *ipam.Allocator is one.
-type addressAllocator interface {
+type AddressAllocator interface {
 	Allocate(ctx context.Context, req ipam.Request) (ipam.Allocation, netip.Prefix, error)
 	Release(owner string) (bool, error)
 	Owners(prefix string) []string
 }
 
-// hsnLinker puts a pod's hsn interface into the namespace the agent holds
-// and takes it out again; netlinkHSN is one.
-type hsnLinker interface {
+// HSNLinker puts a pod's hsn interface into the namespace the agent holds
+// and takes it out again; NetlinkHSN is one.
+type HSNLinker interface {
 	Attach(ns nsHandle, s hsnlink.Spec) error
 	Detach(ns nsHandle, name string) error
 }
 
-// netlinkHSN is package hsnlink over the held namespace's descriptor.
-type netlinkHSN struct{}
+// NetlinkHSN is package hsnlink over the held namespace's descriptor.
+type NetlinkHSN struct{}
 
-func (netlinkHSN) Attach(h nsHandle, s hsnlink.Spec) error {
+func (NetlinkHSN) Attach(h nsHandle, s hsnlink.Spec) error {
 	ns, err := nsDescriptor(h)
 	if err != nil {
 		return err
@@ -40,7 +40,7 @@ func (netlinkHSN) Attach(h nsHandle, s hsnlink.Spec) error {
 	return hsnlink.Attach(ns, s)
 }
 
-func (netlinkHSN) Detach(h nsHandle, name string) error {
+func (NetlinkHSN) Detach(h nsHandle, name string) error {
 	ns, err := nsDescriptor(h)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func (b *binder) ensureHSN(ctx context.Context, key, resource string, pod *podwa
 		}
 	}
 	if err := b.linker.Attach(h, specOf(link)); err != nil {
-		b.metrics.hsnErrors.WithLabelValues("attach").Inc()
+		b.metrics.HSNErrors.WithLabelValues("attach").Inc()
 		return fmt.Errorf("hsn interface for %s: %w", key, err)
 	}
 	return nil
@@ -148,7 +148,7 @@ func (b *binder) allocateHSN(ctx context.Context, entry checkpoint.Holder, pod *
 	owner := hsnOwnerPrefix(pod.UID) + name
 	al, pfx, err := b.addrs.Allocate(ctx, ipam.Request{Owner: owner, Pool: pool, Pod: key, Want: want})
 	if err != nil {
-		b.metrics.hsnErrors.WithLabelValues("allocate").Inc()
+		b.metrics.HSNErrors.WithLabelValues("allocate").Inc()
 		return nil, fmt.Errorf("%w for %s: %w", errAddressRefused, key, err)
 	}
 	b.logger.Info("hsn address allocated", "pod", key, "pool", al.Pool, "address", pfx, "parent", parent, "interface", name)
@@ -199,7 +199,7 @@ func (b *binder) dropHSN(key string, h nsHandle) bool {
 		if h != nil {
 			if err := b.linker.Detach(h, link.Name); err != nil {
 				if !errors.Is(err, hsnlink.ErrMismatch) {
-					b.metrics.hsnErrors.WithLabelValues("detach").Inc()
+					b.metrics.HSNErrors.WithLabelValues("detach").Inc()
 					b.logger.Warn("remove a pod's hsn interface; will retry", "pod", key, "interface", link.Name, "err", err)
 					return false
 				}
@@ -218,7 +218,7 @@ func (b *binder) dropHSN(key string, h nsHandle) bool {
 	}
 	for _, owner := range owners {
 		if _, err := b.addrs.Release(owner); err != nil {
-			b.metrics.hsnErrors.WithLabelValues("release").Inc()
+			b.metrics.HSNErrors.WithLabelValues("release").Inc()
 			b.logger.Warn("release a pod's hsn address; will retry", "pod", key, "owner", owner, "err", err)
 			return false
 		}
@@ -251,7 +251,7 @@ func (b *binder) reconcileHSN() {
 			continue
 		}
 		if err := b.linker.Attach(h, specOf(entry.HSN)); err != nil {
-			b.metrics.hsnErrors.WithLabelValues("attach").Inc()
+			b.metrics.HSNErrors.WithLabelValues("attach").Inc()
 			b.logger.Warn("a live pod's hsn interface could not be restored", "pod", entry.Key(), "err", err)
 		}
 	}

@@ -1,9 +1,10 @@
-package agent
+package devplugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,13 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
+	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
@@ -142,13 +147,23 @@ func (h *fakeHandle) Close() error {
 
 // rig is a binder over two simulated NICs.
 type rig struct {
-	b      *binder
-	store  *checkpoint.Store
-	pods   *fakePods
-	leaser *fakeLeaser
-	sims   map[string]*sim.Device
-	dir    string
-	events *eventtest.Recorder
+	b *binder
+	// drvs are the NICs' drivers, which only the engine calls; a test may
+	// swap one for a faulty one.
+	drvs     testNICs
+	m        Metrics
+	store    *checkpoint.Store
+	pods     *fakePods
+	leaser   *fakeLeaser
+	sims     map[string]*sim.Device
+	dir      string
+	events   *eventtest.Recorder
+	em       engine.Metrics
+	teardown prometheus.Histogram
+	// busy counts the EBUSY answers to SVC_DESTROY, by NIC.
+	busy *prometheus.CounterVec
+	// defaults are the engine's service defaults, as configured.
+	defaults engine.Defaults
 }
 
 const (
@@ -163,9 +178,9 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 	}
 	r := &rig{pods: &fakePods{}, leaser: leaser, sims: map[string]*sim.Device{}, dir: dir, events: &eventtest.Recorder{}}
 	r.pods.set()
-	m := newMetrics(time.Now)
+	m := newTestMetrics()
 	// As the agent makes it: PreStart waits until the spec is resolvable.
-	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res, cdispec.WaitVisible(cdiVisibleTimeout, m.observeCDIVisible))
+	cdiw, err := cdispec.New(filepath.Join(dir, "cdi"), res, cdispec.WaitVisible(time.Second, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +193,9 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 		files:   &allocFiles{dir: filepath.Join(dir, "containers"), cdi: cdiw},
 		metrics: m, events: r.events, now: time.Now,
 	}
-	b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses})
+	b.setPolicy(policy{})
+	r.drvs, r.m, r.defaults = testNICs{}, m, engine.Defaults{TCs: cxi.DefaultTrafficClasses}
+	r.busy = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy"}, []string{"nic"})
 	fastRetry := backoff.Policy{Initial: time.Millisecond, Attempts: 3, Wait: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
 	for i, name := range []string{"cxi0", "cxi1"} {
 		s, err := sim.Open(filepath.Join(dir, "sim"), name, sim.Options{NoSync: true})
@@ -186,11 +203,11 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 			t.Fatal(err)
 		}
 		r.sims[name] = s
-		client := cxi.NewClient(countingDevice{Device: uapi.NewDevice(s), busy: m.busyRetries.WithLabelValues(name)}, cxi.WithDestroyRetry(fastRetry))
-		b.nics[name] = &nic{name: name, index: i, devPath: "/dev/" + name, drv: client}
+		r.drvs[name] = cxi.NewClient(busyCounting{Device: uapi.NewDevice(s), busy: r.busy.WithLabelValues(name)}, cxi.WithDestroyRetry(fastRetry))
+		b.nics[name] = &nic{name: name, index: i, devPath: "/dev/" + name}
 	}
 	b.resolve[res] = b.nicsOf
-	store, err := checkpoint.Open(filepath.Join(dir, CheckpointName), "n1", 0)
+	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"), "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +218,94 @@ func newRig(t testing.TB, dir string, leaser *fakeLeaser, netns fakeNetns) *rig 
 
 // useLeaser makes the binder's engine anew over the same record, leasing
 // through l.
-func (r *rig) useLeaser(t testing.TB, l vniLeaser) {
+func (r *rig) useLeaser(t testing.TB, l engine.Leaser) {
 	t.Helper()
-	if err := r.b.newEngine(r.store, l, nil); err != nil {
+	r.usePins(t, l, nil)
+}
+
+// usePins makes the binder's engine anew over the same record, leasing
+// through l and pinning with pins (nil: none), as the agent makes it.
+func (r *rig) usePins(t testing.TB, l engine.Leaser, pins engine.Pinner) {
+	t.Helper()
+	eng, err := engine.New(engine.Config{
+		Node: "n1", Store: r.store, NICs: r.drvs, Leaser: l, Metrics: r.engineMetrics(), Pins: pins,
+		Defaults: func() engine.Defaults { return r.defaults },
+		Events:   r.events, Log: r.b.logger, Now: r.b.now,
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	r.b.eng = eng
+}
+
+// useConfig applies c as the agent does: the front end's policy, the job
+// options, and the engine's service defaults (traffic classes, adjusted
+// reservations; these tests configure no limits).
+func (r *rig) useConfig(t testing.TB, c config.Config) {
+	t.Helper()
+	if len(c.Limits) > 0 {
+		t.Fatal("useConfig: the rig does not apply limits")
+	}
+	r.b.setPolicy(policyFrom(c))
+	jobs := jobpolicy.New(c)
+	r.b.jobs = func() *jobpolicy.Policy { return jobs }
+	var tcs cxi.TrafficClasses
+	for _, name := range c.TrafficClasses {
+		tc, err := cxi.ParseTrafficClasses(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcs |= tc
+	}
+	r.defaults = engine.Defaults{TCs: tcs, Adjust: c.JobOptions.Adjust()}
+}
+
+// engineMetrics are the engine's series, made once per rig.
+func (r *rig) engineMetrics() engine.Metrics {
+	if r.em.ServiceErrors == nil {
+		r.teardown = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "teardown"})
+		r.em = engine.Metrics{
+			ServiceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_errors"}, []string{"nic", "op"}),
+			Stuck:         prometheus.NewCounter(prometheus.CounterOpts{Name: "stuck"}),
+			Teardown:      r.teardown,
+		}
+	}
+	return r.em
+}
+
+// busyCounting counts a device's EBUSY answers to SVC_DESTROY, as the
+// agent's drivers do.
+type busyCounting struct {
+	cxi.Device
+	busy prometheus.Counter
+}
+
+func (d busyCounting) DestroyService(id uint32) error {
+	err := d.Device.DestroyService(id)
+	if errors.Is(err, unix.EBUSY) {
+		d.busy.Inc()
+	}
+	return err
+}
+
+// testNICs are a rig's drivers as the engine reads them.
+type testNICs map[string]engine.Driver
+
+func (n testNICs) Driver(name string) (engine.Driver, bool) {
+	d, ok := n[name]
+	return d, ok
+}
+
+func (n testNICs) Names() []string { return slices.Sorted(maps.Keys(n)) }
+
+// newTestMetrics are the front end's series, unregistered.
+func newTestMetrics() Metrics {
+	return Metrics{
+		PreStart:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prestart", Help: "PreStart."}, []string{"result"}),
+		HSNErrors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hsn_errors_total", Help: "hsn errors."}, []string{"op"}),
+		Nudges:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nudges_total", Help: "Nudges."}, []string{"resource"}),
+		PodLists:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lists_total", Help: "Lists."}, []string{"result"}),
+		ListLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "list_seconds", Help: "List latency."}),
 	}
 }
 
@@ -212,7 +313,7 @@ func (r *rig) useLeaser(t testing.TB, l vniLeaser) {
 // driver's own (the default and the Ethernet service).
 func (r *rig) services(t testing.TB, nicName string) []cxi.Service {
 	t.Helper()
-	all, err := r.b.nics[nicName].drv.List(t.Context())
+	all, err := r.drvs[nicName].List(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +389,7 @@ func TestPreStartWithoutNetnsNeverOpensMembership(t *testing.T) {
 
 	// With a fallback GID configured, the GID is the member.
 	gid := cxi.Member{Type: cxi.MemberGID, ID: 5000}
-	r.b.setPolicy(policy{tcs: cxi.DefaultTrafficClasses, fallback: &gid})
+	r.b.setPolicy(policy{fallback: &gid})
 	if err := r.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +454,7 @@ func TestCleanupAfterPodExit(t *testing.T) {
 	if specs, _ := os.ReadDir(cdiDir); len(specs) != 1 {
 		t.Fatalf("%d CDI specs after cleanup, want 1", len(specs))
 	}
-	if n := histogramCount(t, r.b.metrics.cleanupLatency); n != 1 {
+	if n := histogramCount(t, r.teardown); n != 1 {
 		t.Fatalf("cleanup latency observed %d times, want 1", n)
 	}
 }
@@ -375,10 +476,10 @@ func TestCleanupRetriesBusyServices(t *testing.T) {
 	if len(r.services(t, "cxi0")) != 1 || !r.has("ns/a") {
 		t.Fatal("a busy service was forgotten")
 	}
-	if got := testutil.ToFloat64(r.b.metrics.stuckServices); got != 1 {
+	if got := testutil.ToFloat64(r.em.Stuck); got != 1 {
 		t.Fatalf("stuck services = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(r.b.metrics.busyRetries.WithLabelValues("cxi0")); got != 3 {
+	if got := testutil.ToFloat64(r.busy.WithLabelValues("cxi0")); got != 3 {
 		t.Fatalf("EBUSY answers = %v, want 3 (one per attempt)", got)
 	}
 	if len(r.leaser.released) != 0 {
@@ -437,21 +538,21 @@ func TestReconcileAfterRestart(t *testing.T) {
 	if err := r.store.Save(); err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := r.b.nics["cxi0"].drv.Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{1500}, Members: []cxi.Member{{Type: cxi.MemberNetNS, ID: 4026532003}}, TCs: cxi.DefaultTrafficClasses})
+	orphan, err := r.drvs["cxi0"].Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{1500}, Members: []cxi.Member{{Type: cxi.MemberNetNS, ID: 4026532003}}, TCs: cxi.DefaultTrafficClasses})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Someone else's services: one outside the managed range, one inside.
-	foreignOut, err := r.b.nics["cxi1"].drv.Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{100}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses})
+	foreignOut, err := r.drvs["cxi1"].Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{100}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses})
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreignIn, err := r.b.nics["cxi1"].drv.Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses})
+	foreignIn, err := r.drvs["cxi1"].Create(t.Context(), cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The driver lost pod b's service (a driver reload).
-	if err := r.b.nics["cxi1"].drv.Destroy(t.Context(), r.record(t, "ns/b").Services[0].ID); err != nil {
+	if err := r.drvs["cxi1"].Destroy(t.Context(), r.record(t, "ns/b").Services[0].ID); err != nil {
 		t.Fatal(err)
 	}
 
@@ -459,7 +560,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	// Pod a and b still run; c never started.
 	r2 := newRig(t, dir, leaser, netns)
 	r2.pods.set(pod("ns", "a", "uid-a", "main", dev0), pod("ns", "b", "uid-b", "main", dev1))
-	rep, err := r2.b.Reconcile(t.Context(), reconcileOptions{cleanManaged: true, managedLo: 1024, managedHi: 65535})
+	rep, err := r2.b.Reconcile(t.Context(), ReconcileOptions{CleanManaged: true, ManagedLo: 1024, ManagedHi: 65535})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"fmt"
@@ -93,7 +93,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 			if tc.wiped {
 				for _, nic := range []string{"cxi0", "cxi1"} {
 					for _, svc := range r.services(t, nic) {
-						if err := fabricOf(r.b).Destroy(t.Context(), nic, svc.ID); err != nil {
+						if err := fabricOf(r).Destroy(t.Context(), nic, svc.ID); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -103,7 +103,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 			// The agent is back: a new binder on the same record and driver.
 			r2 := newRig(t, dir, leaser, tc.after)
 			r2.pods.set(podA, podB)
-			rep, err := r2.b.Reconcile(t.Context(), reconcileOptions{})
+			rep, err := r2.b.Reconcile(t.Context(), ReconcileOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestRestartNeverAdmitsAnotherPodsNamespace(t *testing.T) {
 				}
 				rec := r2.record(t, key)
 				for _, s := range rec.Services {
-					svc, err := fabricOf(r2.b).Get(t.Context(), s.NIC, s.ID)
+					svc, err := fabricOf(r2).Get(t.Context(), s.NIC, s.ID)
 					if err != nil || !engine.Admits(svc, ino) {
 						t.Fatalf("pod %s's service %d on %s after its container started: %+v %v, want bound to %d", key, s.ID, s.NIC, svc, err, ino)
 					}
@@ -171,23 +171,23 @@ func TestEngineCountsWhateverTheFrontEnd(t *testing.T) {
 	if err := r.sims["cxi0"].SetInUse(id, 1); err != nil {
 		t.Fatal(err)
 	}
-	stuck := testutil.ToFloat64(r.b.metrics.stuckServices)
-	if err := fabricOf(r.b).Destroy(t.Context(), "cxi0", id); err == nil {
+	stuck := testutil.ToFloat64(r.em.Stuck)
+	if err := fabricOf(r).Destroy(t.Context(), "cxi0", id); err == nil {
 		t.Fatal("destroying a service in use succeeded")
 	}
-	if got := testutil.ToFloat64(r.b.metrics.stuckServices); got != stuck+1 {
+	if got := testutil.ToFloat64(r.em.Stuck); got != stuck+1 {
 		t.Fatalf("stuck services %v after a destroy that stayed busy, want %v", got, stuck+1)
 	}
-	if _, err := fabricOf(r.b).Create(t.Context(), "cxi0", cxi.ServiceSpec{TCs: cxi.DefaultTrafficClasses}); err == nil {
+	if _, err := fabricOf(r).Create(t.Context(), "cxi0", cxi.ServiceSpec{TCs: cxi.DefaultTrafficClasses}); err == nil {
 		t.Fatal("a service without a VNI was made")
 	}
-	if got := testutil.ToFloat64(r.b.metrics.serviceErrors.WithLabelValues("cxi0", "create")); got != 1 {
+	if got := testutil.ToFloat64(r.em.ServiceErrors.WithLabelValues("cxi0", "create")); got != 1 {
 		t.Fatalf("create errors on cxi0 = %v, want 1", got)
 	}
 }
 
-// fabricOf is a Fabric over b's NICs counting into b's metrics, as the
-// engine's: for a test to drive the driver as the engine does.
-func fabricOf(b *binder) *engine.Fabric {
-	return engine.NewFabric(nicSet{b}, b.metrics.engine(), nil, nil)
+// fabricOf is a Fabric over r's NICs counting into the engine's metrics,
+// as the engine's: for a test to drive the driver as the engine does.
+func fabricOf(r *rig) *engine.Fabric {
+	return engine.NewFabric(r.drvs, r.engineMetrics(), nil, nil)
 }

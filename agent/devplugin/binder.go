@@ -1,11 +1,10 @@
-package agent
+package devplugin
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,14 +19,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
-
-// serviceDriver is one NIC's CXI services; *cxi.Client is one. Only the
-// engine's Fabric (b.fab) calls it.
-type serviceDriver = engine.Driver
-
-// vniLeaser is what the pod path needs of the controller;
-// *controllerclient.Client is one.
-type vniLeaser = engine.Leaser
 
 // podFinder tells which pod holds which devices, and when a pod is gone;
 // *podwatch.Watcher is one.
@@ -44,9 +35,9 @@ type podFinder interface {
 // is one.
 type nsHandle = engine.Handle
 
-// netnsFinder opens a pod's network namespace from its UID.
-type netnsFinder interface {
-	Open(ctx context.Context, podUID string) (nsHandle, error)
+// NetnsFinder opens a pod's network namespace from its UID.
+type NetnsFinder interface {
+	Open(ctx context.Context, podUID string) (engine.Handle, error)
 }
 
 // ErrNoMember is returned by PreStart when the pod's network namespace
@@ -54,27 +45,22 @@ type netnsFinder interface {
 // makes a service with open membership.
 var ErrNoMember = errors.New("no service member for the pod")
 
-// policy is the part of the configuration the pod path reads; it is
-// swapped whole when the configuration reloads.
+// policy is the part of the configuration only this front end reads; it
+// is swapped whole when the configuration reloads (SetPolicy). The
+// service defaults and the job options are the engine's and the agent's.
 type policy struct {
-	tcs      cxi.TrafficClasses
-	limits   *cxi.Limits
 	fallback *cxi.Member
 	// hsn is, by resource, the hsn interface its pods get; absent: none.
 	hsn map[string]hsnPolicy
-	// jobs is what a pod may ask for its services (jobOptions); adjust
-	// fits reservations to the NIC less its system services' (jobs.go).
-	jobs   *jobpolicy.Policy
-	adjust bool
 }
 
-// nic is one NIC as the pod path uses it.
+// nic is one NIC as the pod path uses it: the engine alone reaches its
+// driver, by name.
 type nic struct {
 	name    string // "cxi0"
 	index   int
 	devPath string // host path of /dev/cxiN
 	netdev  string // the NIC's hsn netdev, "hsn0"; empty if it has none
-	drv     serviceDriver
 }
 
 // binder is the device plugin's side of a pod's life: at
@@ -93,21 +79,24 @@ type binder struct {
 	// bind: the NIC resource's shares, or a GPU unit's nearest NICs.
 	resolve map[string]func(ids []string) ([]*nic, error)
 	// eng is the engine every pod's lease, services, namespace hold and
-	// record go through; set by useEngine.
+	// record go through.
 	eng   *engine.Engine
 	pods  podFinder
-	netns netnsFinder
+	netns NetnsFinder
+	// jobs is what a pod may ask for its services (the agent's, reloaded
+	// with the configuration).
+	jobs func() *jobpolicy.Policy
 	// annotations reads a pod's annotations from the API server where the
 	// runtime did not report them; nil without an API server.
-	annotations annotationReader
+	annotations AnnotationReader
 	// addrs allocates the pods' hsn addresses, linker puts their hsn
 	// interfaces in place; addrs is nil where the node has no IPAM.
-	addrs   addressAllocator
-	linker  hsnLinker
+	addrs   AddressAllocator
+	linker  HSNLinker
 	files   *allocFiles
-	metrics *metrics
+	metrics Metrics
 	// events tells the pods and the node what only the log would know.
-	events eventRecorder
+	events event.Recorder
 	now    func() time.Time
 	pol    atomic.Pointer[policy]
 
@@ -118,39 +107,21 @@ type binder struct {
 	cleaning sync.Map // pod key → struct{}: cleanups in flight
 }
 
+// observePreStart counts a PreStart's latency by its result.
+func (b *binder) observePreStart(start time.Time, err error) {
+	if b.metrics.PreStart == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	b.metrics.PreStart.WithLabelValues(result).Observe(b.now().Sub(start).Seconds())
+}
+
 func (b *binder) policy() policy { return *b.pol.Load() }
 
 func (b *binder) setPolicy(p policy) { b.pol.Store(&p) }
-
-// newEngine makes the engine over st and the binder's NICs (opened
-// first), leasing through l and pinning with pins (nil: none), counting
-// into the binder's metrics.
-func (b *binder) newEngine(st *checkpoint.Store, l vniLeaser, pins engine.Pinner) error {
-	st.OnWriteError(func(error) { b.metrics.checkpointErrors.Inc() })
-	eng, err := engine.New(engine.Config{
-		Node: b.node, Store: st, NICs: nicSet{b}, Leaser: l, Metrics: b.metrics.engine(), Pins: pins,
-		Defaults: func() engine.Defaults { return b.policy().defaults() },
-		Events:   b.events, Log: b.logger, Now: b.now,
-	})
-	if err != nil {
-		return err
-	}
-	b.eng = eng
-	return nil
-}
-
-// nicSet is the binder's NICs as the engine reads them.
-type nicSet struct{ b *binder }
-
-func (s nicSet) Driver(name string) (engine.Driver, bool) {
-	n, ok := s.b.nics[name]
-	if !ok {
-		return nil, false
-	}
-	return n.drv, true
-}
-
-func (s nicSet) Names() []string { return slices.Sorted(maps.Keys(s.b.nics)) }
 
 // nicsOf maps device IDs to their NICs, deduplicated, in NIC order.
 func (b *binder) nicsOf(ids []string) ([]*nic, error) {
@@ -176,7 +147,7 @@ func (b *binder) nicsOf(ids []string) ([]*nic, error) {
 // container finds its services.
 func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (err error) {
 	start := b.now()
-	defer func() { b.metrics.observePreStart(start, err) }()
+	defer func() { b.observePreStart(start, err) }()
 
 	resolve := b.resolve[resource]
 	if resolve == nil {

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"bytes"
@@ -213,7 +213,7 @@ func TestItem3ReconcileKeepsPodsTheKubeletHolds(t *testing.T) {
 
 			r2 := newRig(t, dir, leaser, netAB) // the agent restarts
 			r2.useWatcher(k, nil)
-			rep, err := r2.b.Reconcile(t.Context(), reconcileOptions{})
+			rep, err := r2.b.Reconcile(t.Context(), ReconcileOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
 
 // failingList is a driver whose List fails.
-type failingList struct{ serviceDriver }
+type failingList struct{ engine.Driver }
 
 func (failingList) List(context.Context) ([]cxi.Service, error) {
 	return nil, errors.New("device gone")
@@ -30,12 +31,12 @@ func TestInUseVNIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A service the agent did not make.
-	if _, err := r.b.nics["cxi1"].drv.Create(ctx, cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses}); err != nil {
+	if _, err := r.drvs["cxi1"].Create(ctx, cxi.ServiceSpec{VNIs: []uint16{3000}, Members: []cxi.Member{{Type: cxi.MemberUID, ID: 1}}, TCs: cxi.DefaultTrafficClasses}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[uint16]bool{r.record(t, "ns/a").VNI: true, 1999: true, 3000: true}
 	for _, n := range []string{"cxi0", "cxi1"} {
-		all, err := r.b.nics[n].drv.List(ctx)
+		all, err := r.drvs[n].List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestInUseVNIs(t *testing.T) {
 	}
 
 	// A NIC that cannot be listed makes no report rather than a partial one.
-	r.b.nics["cxi1"].drv = failingList{r.b.nics["cxi1"].drv}
+	r.drvs["cxi1"] = failingList{r.drvs["cxi1"]}
 	if got, err := r.b.eng.InUseVNIs(ctx); err == nil {
 		t.Fatalf("inUseVNIs with a failing NIC = %v, want an error", got)
 	}

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"errors"
@@ -133,7 +133,7 @@ func (w *world) holdPools(nicName string) {
 // start builds the agent on the world's state directory, as at a start.
 func (w *world) start() {
 	w.r = newRig(w.t, w.dir, nil, w.ns)
-	w.r.b.setPolicy(policyFrom(w.cfg))
+	w.r.useConfig(w.t, w.cfg)
 	// The runtime names each pod's Job, so that a job's pods share its
 	// lease on the node (engine.Leases.AcquireShared), and reports its
 	// annotations, where its service options are.
@@ -271,14 +271,14 @@ func (w *world) startPod(failBind bool) {
 	}
 	before := w.driverServices()
 	w.k.admit(p)
-	var n *nic
+	var failing string
 	if failBind {
-		n = w.r.b.nics[w.r.b.devNIC[ids[w.rng.IntN(len(ids))]]]
-		n.drv = failingCreate{n.drv}
+		failing = w.r.b.devNIC[ids[w.rng.IntN(len(ids))]]
+		w.r.drvs[failing] = failingCreate{w.r.drvs[failing]}
 	}
 	err := w.r.b.PreStart(w.t.Context(), res, p.ids)
 	if failBind {
-		n.drv = n.drv.(failingCreate).serviceDriver
+		w.r.drvs[failing] = w.r.drvs[failing].(failingCreate).Driver
 	}
 	w.logf("start %s/%s on %v (fail=%v) asking %s: err=%v", p.ns, p.name, ids, failBind, w.asked(m), err)
 	var fitErr *cxi.FitError
@@ -654,7 +654,7 @@ func (w *world) stopAgent() {
 // reconcile.
 func (w *world) startAgent() {
 	w.start()
-	rep, err := w.r.b.Reconcile(w.t.Context(), reconcileOptions{})
+	rep, err := w.r.b.Reconcile(w.t.Context(), ReconcileOptions{})
 	if err != nil {
 		w.fail("reconcile: %v", err)
 	}

@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type unitResource struct {
 	b       *binder
 	carving *gpu.Carving
 	payload gpu.PayloadOptions
-	inv     *inventory // NIC health
+	healthy func(nic string) bool
 
 	mu   sync.Mutex
 	mode string // the node pool mode; units are healthy only when ready
@@ -138,7 +138,7 @@ func (r *unitResource) devices() []deviceplugin.Device {
 	for _, u := range r.carving.Units {
 		healthy := ready
 		for _, n := range u.NICs {
-			healthy = healthy && r.inv.healthy(n.Name)
+			healthy = healthy && r.healthy(n.Name)
 		}
 		devs = append(devs, deviceplugin.Device{ID: u.ID, Healthy: healthy, NUMANodes: numaNodes(u.NUMANode)})
 	}
@@ -198,7 +198,7 @@ func (c *unitCollector) Collect(ch chan<- prometheus.Metric) {
 
 // newUnitResource discovers the node's GPUs and carves its machine type's
 // units, or returns nil when the node has no machine type.
-func newUnitResource(b *binder, cfg config.Config, node string, sysFS, procFS, devFS fs.FS, devRoot string, served []sysfs.NIC, inv *inventory) (*unitResource, []string, error) {
+func newUnitResource(b *binder, cfg config.Config, node string, sysFS, procFS, devFS fs.FS, devRoot string, served []sysfs.NIC, healthy func(string) bool) (*unitResource, []string, error) {
 	a, err := gpu.ForNode(cfg.GPU, node)
 	if err != nil {
 		return nil, []string{err.Error()}, nil
@@ -227,7 +227,7 @@ func newUnitResource(b *binder, cfg config.Config, node string, sysFS, procFS, d
 		sel = gpu.ByUUID
 	}
 	r := &unitResource{
-		name: a.ResourceName, b: b, carving: c, inv: inv, mode: a.Mode,
+		name: a.ResourceName, b: b, carving: c, healthy: healthy, mode: a.Mode,
 		payload: gpu.PayloadOptions{DevRoot: devRoot, DevFS: devFS, CDI: cfg.GPU.CDI, Select: sel},
 	}
 	return r, notes, nil

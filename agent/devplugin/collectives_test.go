@@ -1,4 +1,4 @@
-package agent
+package devplugin
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 )
 
@@ -43,9 +44,8 @@ func TestPreStartPublishesCollectives(t *testing.T) {
 	if p := st.Holders["ns/a"]; p == nil || len(p.CollEnv) != 6 {
 		t.Fatalf("checkpoint pod = %+v, want its collectives environment", p)
 	}
-	// inspect (and kubectl slingshot pod) names the reservation.
-	rep := r.b.report(t.Context(), &inventory{}, true, nil)
-	if len(rep.Pods) != 1 || rep.Pods[0].Collectives != "k8s-uid-j" {
-		t.Errorf("report pods %+v, want ns/a with collectives k8s-uid-j", rep.Pods)
+	// inspect (and kubectl slingshot pod) names the reservation from it.
+	if id := engine.CollectivesJobID(r.record(t, "ns/a").CollEnv); id != "k8s-uid-j" {
+		t.Errorf("the record's collectives job %q, want k8s-uid-j", id)
 	}
 }
