@@ -21,6 +21,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
+	"github.com/slingshot-k8s/slingshot/agent/nri"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
 
@@ -35,7 +36,7 @@ type draFront struct {
 	roots map[string]string
 	// nri is the runtime's NRI connection: without it no claim can be
 	// bound, so the agent is not ready and Prepare is refused.
-	nri *dra.NRIState
+	nri *nri.State
 	// status writes the prepared claims' status.devices.
 	status *dra.StatusQueue
 	// pods are this node's pods' labels, for sharing a Job's lease.
@@ -200,7 +201,7 @@ func (d *draFront) Loops(ctx context.Context) []func() error {
 	grace := d.a.opts.DRALostClaimGrace
 	collector := &dra.Collector{M: d.mgr, Claims: dra.APIClaims{Client: d.kube}, Grace: grace, Now: time.Now}
 	return []func() error{
-		func() error { return dra.RunNRI(ctx, d.mgr, d.nri, d.a.logger.With("component", "nri")) },
+		func() error { return nri.Run(ctx, d.mgr.NRI(), d.nri, d.a.logger.With("component", "nri")) },
 		func() error { return collector.Run(ctx, grace/5) },
 		func() error { return d.status.Run(ctx) },
 		func() error { return d.pods.run(ctx) },

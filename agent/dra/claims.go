@@ -384,15 +384,6 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 // network namespace: its containers must not start.
 var ErrNotBound = errors.New("CXI services not bound to the pod's network namespace")
 
-// Sandbox is a pod's sandbox as the runtime reports it.
-type Sandbox struct {
-	UID, Namespace, Name string
-	// NetnsPath is the sandbox's network namespace; empty when the pod
-	// shares the host's (hostNetwork).
-	NetnsPath string
-}
-
-func (s Sandbox) key() string { return s.Namespace + "/" + s.Name }
 
 // claimsOf are the UIDs of the records reserved for pod uid.
 func (m *Manager) claimsOf(uid string) []string {
@@ -425,7 +416,7 @@ func (m *Manager) Bind(ctx context.Context, sb Sandbox) (err error) {
 	defer cancel()
 	if sb.NetnsPath == "" {
 		return fmt.Errorf("%w: pod %s has claims of %s but no network namespace of its own (hostNetwork); a service admitting the host's namespace would admit every host process",
-			ErrNotBound, sb.key(), m.cfg.Driver)
+			ErrNotBound, sb.Key(), m.cfg.Driver)
 	}
 	if err := m.checkSuffixes(uids, sb); err != nil {
 		return err
@@ -454,7 +445,7 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 	}
 	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
 	if err != nil {
-		return fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
+		return fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.Key(), err)
 	}
 	inode := ns.Inode()
 	replaced, err := m.eng.Bind(ctx, id, ns, func(r *Record) { r.BoundPod, r.BoundNetns = sb.UID, sb.NetnsPath })
@@ -469,7 +460,7 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		rec, _ = m.eng.Get(id)
 		m.cfg.Status.enqueue(m.statusOf(rec))
 	}
-	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
+	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.Key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
 	return nil
 }
 
@@ -490,7 +481,7 @@ func (m *Manager) checkSuffixes(uids []string, sb Sandbox) error {
 				names = "SLINGSHOT_DEVICES_" + rec.Config.EnvSuffix + ", ..."
 			}
 			return fmt.Errorf("%w: pod %s has ResourceClaims %s and %s of %s that both set %s; give each claim but one its own envSuffix in its CXIClaimConfig (apiVersion %s, kind %s), e.g. envSuffix: STORAGE",
-				ErrNotBound, sb.key(), other, rec.Key(), m.cfg.Driver, names, ConfigAPIVersion, ConfigKind)
+				ErrNotBound, sb.Key(), other, rec.Key(), m.cfg.Driver, names, ConfigAPIVersion, ConfigKind)
 		}
 		bySuffix[rec.Config.EnvSuffix] = rec.Key()
 	}
@@ -505,7 +496,7 @@ func sharedClaimMessage(rec Record, sb Sandbox) string {
 		holder = rec.Pods[i].Namespace + "/" + rec.Pods[i].Name
 	}
 	return fmt.Sprintf("ResourceClaim %s is in use by pod %s on this node: a claim's CXI services admit one pod's network namespace, so pod %s cannot share it; give each pod its own claim with a ResourceClaimTemplate (spec.resourceClaims[].resourceClaimTemplateName), whose claims of one Job share its VNI",
-		rec.Key(), holder, sb.key())
+		rec.Key(), holder, sb.Key())
 }
 
 // Check reports whether a container of the sandbox's pod may start: every
@@ -526,11 +517,11 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 		return nil, nil
 	}
 	if sb.NetnsPath == "" {
-		return nil, fmt.Errorf("%w: pod %s has no network namespace of its own", ErrNotBound, sb.key())
+		return nil, fmt.Errorf("%w: pod %s has no network namespace of its own", ErrNotBound, sb.Key())
 	}
 	ns, err := m.cfg.OpenNetns(sb.NetnsPath)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.key(), err)
+		return nil, fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.Key(), err)
 	}
 	inode := ns.Inode()
 	_ = ns.Close()
@@ -543,7 +534,7 @@ func (m *Manager) Check(ctx context.Context, sb Sandbox, env []string) ([]string
 		case rec.BoundPod != "" && rec.BoundPod != sb.UID:
 			return nil, fmt.Errorf("%w: %w", ErrNotBound, sharedClaimError(sharedClaimMessage(rec, sb)))
 		case rec.BoundPod != sb.UID:
-			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.key())
+			return nil, fmt.Errorf("%w: claim %s was never bound to pod %s", ErrNotBound, rec.Key(), sb.Key())
 		}
 		if err := m.eng.Check(ctx, rec.ID(), m.nicNames(rec), inode); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNotBound, err)
@@ -622,7 +613,7 @@ func (m *Manager) Synchronize(ctx context.Context, sandboxes []Sandbox) SyncRepo
 		wasBound := rec.BoundPod == sb.UID && rec.Netns != 0
 		if err := m.bindClaim(ctx, rec.UID, sb); err != nil {
 			rep.Failed++
-			m.log.Error("bind a running pod's claim after (re)connecting to the runtime", "claim", rec.Key(), "pod", sb.key(), "err", err)
+			m.log.Error("bind a running pod's claim after (re)connecting to the runtime", "claim", rec.Key(), "pod", sb.Key(), "err", err)
 			m.cfg.Events.Record(event.Pod(sb.Namespace, sb.Name, sb.UID), event.LateBindFailed,
 				fmt.Sprintf("Binding ResourceClaim %s after the runtime's NRI connection came back failed: %v", rec.Key(), err))
 			continue
@@ -633,7 +624,7 @@ func (m *Manager) Synchronize(ctx context.Context, sandboxes []Sandbox) SyncRepo
 		}
 		rep.Bound++
 		m.log.Warn("bound a running pod's claim late: its sandbox started while nothing could bind it; its containers started before are not checked",
-			"claim", rec.Key(), "pod", sb.key())
+			"claim", rec.Key(), "pod", sb.Key())
 	}
 	return rep
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,12 +83,16 @@ func TestDefect1SharedClaimSecondPodRefused(t *testing.T) {
 func TestDefect2NRIUnreachableFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
-	state := NewNRIState("/run/nri/nri.sock", nil)
-	r.cfg.BindReady = state.Ready
-	r.restart()
-	if err := state.Ready(); err == nil || !strings.Contains(err.Error(), "NRI") {
-		t.Fatalf("Ready before any connection = %v, want an error naming NRI", err)
+	// The NRI connection's readiness, as nri.State answers it.
+	var up atomic.Bool
+	ready := func() error {
+		if !up.Load() {
+			return errors.New("the agent is not connected to the container runtime's NRI socket")
+		}
+		return nil
 	}
+	r.cfg.BindReady = ready
+	r.restart()
 	_, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0"))
 	if err == nil || !strings.Contains(err.Error(), "NRI") {
 		t.Fatalf("Prepare without NRI: %v, want a refusal naming NRI", err)
@@ -96,13 +101,13 @@ func TestDefect2NRIUnreachableFailsClosed(t *testing.T) {
 		t.Fatal("a refused Prepare left a service, record or lease")
 	}
 
-	state.set(true, nil)
+	up.Store(true)
 	if _, err := r.m.Prepare(ctx, claim("c1", "train-0", "", "cxi0")); err != nil {
 		t.Fatal(err)
 	}
 	// The sandbox started while the connection was down again: nothing
 	// bound it. The runtime's Synchronize on reconnecting lists it.
-	state.set(false, errors.New("runtime restarted"))
+	up.Store(false)
 	sb := sandbox("train-0", 4026531900)
 	rep := r.m.Synchronize(ctx, []Sandbox{sb, sandbox("unrelated", 4026531999)})
 	if rep.Bound != 1 || rep.Failed != 0 {

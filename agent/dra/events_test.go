@@ -22,36 +22,9 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
+	"github.com/slingshot-k8s/slingshot/agent/nri"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
-
-// TestNRIStateEvents: the node is told when the NRI connection is lost
-// (or never made), once for a runtime that stays away, and when it comes
-// back after a loss; a first connection is no news.
-func TestNRIStateEvents(t *testing.T) {
-	ev := &eventtest.Recorder{}
-	s := NewNRIState("/run/nri/nri.sock", nil).WithEvents(ev, "node-a")
-	s.set(true, nil)
-	if len(ev.All()) != 0 {
-		t.Fatalf("a first connection told: %+v", ev.All())
-	}
-	s.set(false, errors.New("runtime restarted"))
-	s.set(false, errors.New("connection refused"))
-	s.set(false, errors.New("connection refused"))
-	down := ev.Of(event.NRIDisconnected)
-	if len(down) != 1 || down[0].Obj != event.Node("node-a") || !strings.Contains(down[0].What, "runtime restarted") {
-		t.Fatalf("disconnect events %+v, want one on the node with the cause", down)
-	}
-	s.set(true, nil)
-	s.set(true, nil)
-	if up := ev.Of(event.NRIConnected); len(up) != 1 {
-		t.Fatalf("%d reconnect events, want 1", len(up))
-	}
-	s.set(false, errors.New("again"))
-	if n := len(ev.Of(event.NRIDisconnected)); n != 2 {
-		t.Fatalf("%d disconnect events after a second loss, want 2", n)
-	}
-}
 
 func nriSandbox(pod string, netns string) *api.PodSandbox {
 	sb := &api.PodSandbox{Uid: "uid-" + pod, Namespace: "ns", Name: pod, Linux: &api.LinuxPodSandbox{}}
@@ -80,7 +53,7 @@ func TestRefusalEvents(t *testing.T) {
 	}
 	r.restart()
 	kp := &kubeletPlugin{m: r.m, log: slog.New(slog.DiscardHandler)}
-	np := &nriPlugin{m: r.m, log: slog.New(slog.DiscardHandler), state: NewNRIState("x", nil)}
+	np := nri.NewPlugin(r.m.NRI(), NewNRIState("x", nil), slog.New(slog.DiscardHandler))
 
 	c := claim("c1", "train-0", "", "cxi0")
 	if _, err := kp.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c}); err != nil {

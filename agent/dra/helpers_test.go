@@ -251,3 +251,27 @@ func claim(uid, pod string, config string, nics ...string) *resourceapi.Resource
 func sandbox(pod string, inode uint32) Sandbox {
 	return Sandbox{UID: "uid-" + pod, Namespace: "ns", Name: pod, NetnsPath: fmt.Sprintf("/var/run/netns/%d", inode)}
 }
+
+// nriConn is the runtime's NRI connection as the claims see it
+// (nri.State): up or down, and why.
+type nriConn struct {
+	mu  sync.Mutex
+	up  bool
+	err error
+}
+
+func (c *nriConn) set(up bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.up, c.err = up, err
+}
+
+// Ready is nil while up, as nri.State.Ready.
+func (c *nriConn) Ready() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.up {
+		return nil
+	}
+	return fmt.Errorf("not connected to the runtime's NRI socket: %v", c.err)
+}

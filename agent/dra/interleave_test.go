@@ -91,7 +91,7 @@ type draWorld struct {
 	rng   *rand.Rand
 	r     *rig
 	flaky *flakyBind
-	nri   *NRIState
+	nri   *nriConn
 	ns    *liveNamespaces
 	api   *fakeClaims
 	col   *Collector
@@ -162,7 +162,7 @@ func newDRAWorld(t *testing.T, seed uint64, outcomes map[string]int) *draWorld {
 	}
 	w.flaky = &flakyBind{Driver: w.r.drv["cxi1"]}
 	w.r.drv["cxi1"] = w.flaky
-	w.nri = NewNRIState("nri.sock", nil)
+	w.nri = &nriConn{}
 	w.nri.set(true, nil)
 	w.r.cfg.BindReady = w.nri.Ready
 	w.r.cfg.OpenNetns = w.ns.open
