@@ -31,6 +31,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/netns/pin"
+	"github.com/slingshot-k8s/slingshot/agent/nri"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/health"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -208,12 +209,13 @@ func (a *parts) buildNICs(ctx context.Context) error {
 	}
 	if cfg.CDIEnabled() {
 		var opts []cdispec.Option
-		if a.opts.API != APIDRA {
+		if a.opts.API != APIDRA && !a.opts.DevicePluginNRI {
 			// PreStartContainer's spec is resolved by the runtime a
 			// moment later: wait until it can be (cdispec's package
 			// comment). DRA's specs are written at Prepare, long before,
 			// and the wait's cache would rescan at each of them for
-			// nothing.
+			// nothing. With --deviceplugin-nri the environment is set at
+			// CreateContainer, and no spec is written for a container.
 			opts = append(opts, cdispec.WaitVisible(cdiVisibleTimeout, a.m.observeCDIVisible))
 		}
 		w, err := cdispec.New(cfg.CDI.SpecDir, cfg.NICResource.Name, opts...)
@@ -283,11 +285,22 @@ func (a *parts) buildPlugin(context.Context) error {
 	if a.ipam != nil {
 		addrs = a.ipam
 	}
+	var state *nri.State
+	if a.opts.DevicePluginNRI {
+		gauge := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slingshot_agent_nri_connected",
+			Help: "1 while the agent is connected to the container runtime's NRI socket (DRA mode, or --deviceplugin-nri); while 0 no container can be checked, the agent is not ready and binds are refused.",
+		})
+		if err := a.reg.Register(gauge); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		state = nri.NewState(a.opts.NRISocket, func(up bool) { gauge.Set(map[bool]float64{false: 0, true: 1}[up]) }).WithEvents(a.events, a.opts.NodeName)
+	}
 	f, closeConn, err := devplugin.New(devplugin.Config{
 		Node: a.opts.NodeName, Settings: a.cfg, Engine: a.eng, NICs: a.served,
 		DevRoot: a.opts.DevRoot, SysfsRoot: a.opts.SysfsRoot, ProcRoot: a.opts.ProcRoot, KubeletDir: a.opts.KubeletDir,
 		FilesDir: filepath.Join(a.opts.StateDir, "containers"), CDI: a.cdi,
-		Netns: handles{a.netns}, Annotations: read, Addrs: addrs,
+		Netns: handles{a.netns}, Annotations: read, Addrs: addrs, NRI: state, OpenNetns: a.openHostNetns,
 		Jobs:      func() *jobpolicy.Policy { return a.pol.Load().jobs },
 		Healthy:   a.inv.healthy,
 		Reconcile: devplugin.ReconcileOptions{CleanManaged: a.opts.CleanManaged, ManagedLo: a.managedLo, ManagedHi: a.managedHi},
@@ -299,6 +312,18 @@ func (a *parts) buildPlugin(context.Context) error {
 	a.closers = append(a.closers, closerFunc(closeConn))
 	a.fe = f
 	return nil
+}
+
+// openHostNetns opens a sandbox's network namespace by the host path NRI
+// names it by (/var/run/netns/cni-...), which the agent's container
+// reaches through the host's root, <proc-root>/1/root, resolving links
+// there.
+func (a *parts) openHostNetns(path string) (engine.Handle, error) {
+	p, err := netns.ResolveInRoot(filepath.Join(a.opts.ProcRoot, "1", "root"), path)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s on the host: %w", path, err)
+	}
+	return dra.OpenNetns(p)
 }
 
 // closerFunc is a func as an io.Closer.

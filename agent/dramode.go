@@ -20,7 +20,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
-	"github.com/slingshot-k8s/slingshot/agent/netns"
 	"github.com/slingshot-k8s/slingshot/agent/nri"
 	"github.com/slingshot-k8s/slingshot/internal/pcisysfs"
 )
@@ -84,16 +83,7 @@ func (a *parts) buildDRA(context.Context) error {
 		Jobs:   func() *jobpolicy.Policy { return a.pol.Load().jobs },
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
-		// NRI names the sandbox's namespace by its host path
-		// (/var/run/netns/cni-...), which the agent's container reaches
-		// through the host's root, <proc-root>/1/root, resolving links there.
-		OpenNetns: func(path string) (dra.Netns, error) {
-			p, err := netns.ResolveInRoot(filepath.Join(a.opts.ProcRoot, "1", "root"), path)
-			if err != nil {
-				return nil, fmt.Errorf("network namespace %s on the host: %w", path, err)
-			}
-			return dra.OpenNetns(p)
-		},
+		OpenNetns: a.openHostNetns,
 	})
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)

@@ -100,6 +100,11 @@ type Options struct {
 	// and the container runtime's NRI socket.
 	DRADriverName string
 	NRISocket     string
+	// DevicePluginNRI has the device plugin check each container at the
+	// runtime's CreateContainer through NRI (NRISocket) and set its
+	// environment there, rather than through a CDI spec; while NRI is not
+	// connected the agent is not ready and refuses binds.
+	DevicePluginNRI bool
 	// Kubeconfig is the Kubernetes API's kubeconfig file, "" for the
 	// in-cluster configuration: events, the cleanup-stuck node taint and
 	// the DRA driver use it.
@@ -142,7 +147,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.IPAMSocket, "ipam-socket", "/run/slingshot-agent/ipam.sock", "unix `socket` where the slingshot-ipam CNI plugin asks for addresses on the high-speed network (its ipam.socket); empty: none")
 	fs.StringVar(&o.API, "api", APIDevicePlugin, "Kubernetes `API` that serves the NICs: \"deviceplugin\" (resource hpe.com/cxi) or \"dra\" (Dynamic Resource Allocation: ResourceSlices, claims, and an NRI plugin binding each pod's services); a node serves them through one only")
 	fs.StringVar(&o.DRADriverName, "dra-driver-name", "cxi.slingshot.hpe.com", "DRA driver `name` of --api=dra: its ResourceSlices, DeviceClasses and claims' configuration use it")
-	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs")
+	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs (and --deviceplugin-nri checks each container)")
+	fs.BoolVar(&o.DevicePluginNRI, "deviceplugin-nri", false, "with --api=deviceplugin, check each container at the runtime's CreateContainer through NRI (--nri-socket): its services bound to its pod's namespace, its SLINGSHOT_* environment set there rather than through a CDI spec; while NRI is not connected the agent is not ready and refuses binds")
 	fs.DurationVar(&o.DRALostClaimGrace, "dra-lost-claim-grace", 5*time.Minute, "with --api=dra, how long two successful reads of a prepared claim at least this far apart must find it no longer allocated to this node before the agent unprepares it itself (the kubelet lost its claim state); a failed read proves nothing")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API (events, the cleanup-stuck node taint, the DRA driver); empty: the in-cluster configuration")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "run without the Kubernetes API (device plugin only): no events on pods and the node, and no cleanup-stuck taint")
@@ -191,16 +197,23 @@ func (o *Options) Validate() error {
 	if o.CXIDriver != DriverUAPI && o.CXIDriver != DriverSim {
 		errs = append(errs, fmt.Errorf("--cxi-driver %q: want %q or %q", o.CXIDriver, DriverUAPI, DriverSim))
 	}
+	nriSocketOK := filepath.IsAbs(o.NRISocket) && len(o.NRISocket) <= maxSocketPath
 	switch o.API {
 	case APIDevicePlugin:
+		if o.DevicePluginNRI && !nriSocketOK {
+			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))
+		}
 	case APIDRA:
+		if o.DevicePluginNRI {
+			errs = append(errs, errors.New("--deviceplugin-nri: only with --api=deviceplugin (DRA mode always binds through NRI)"))
+		}
 		if o.NoKube {
 			errs = append(errs, errors.New("--no-kube: --api=dra needs the Kubernetes API"))
 		}
 		if !dnsSubdomain.MatchString(o.DRADriverName) || len(o.DRADriverName) > 63 {
 			errs = append(errs, fmt.Errorf("--dra-driver-name %q: want a lower-case DNS subdomain of at most 63 characters", o.DRADriverName))
 		}
-		if !filepath.IsAbs(o.NRISocket) || len(o.NRISocket) > maxSocketPath {
+		if !nriSocketOK {
 			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))
 		}
 		if o.DRALostClaimGrace < time.Second {

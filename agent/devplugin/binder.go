@@ -99,6 +99,11 @@ type binder struct {
 	events event.Recorder
 	now    func() time.Time
 	pol    atomic.Pointer[policy]
+	// ready, where not nil, says whether containers can be checked at
+	// their creation (the NRI connection): a bind is refused while not.
+	ready func() error
+	// openNetns opens a sandbox's namespace by its path (NRI's check).
+	openNetns func(path string) (engine.Handle, error)
 
 	// The engine's lock of a pod orders its steps: one bind or cleanup at
 	// a time. An allocation's files have their own order (allocFiles),
@@ -174,6 +179,12 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 				fmt.Sprintf("Container %s: %v", container, err))
 		}
 	}()
+	if b.ready != nil {
+		// Nothing would check the container at its creation.
+		if err := b.ready(); err != nil {
+			return err
+		}
+	}
 	key := pod.Key()
 	unlock := b.eng.Lock(key)
 	defer unlock()

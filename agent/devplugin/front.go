@@ -17,6 +17,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
+	"github.com/slingshot-k8s/slingshot/agent/nri"
 	"github.com/slingshot-k8s/slingshot/agent/podwatch"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sysfs"
@@ -55,6 +56,12 @@ type Config struct {
 	Jobs func() *jobpolicy.Policy
 	// Healthy tells a NIC's health as the agent's monitor sees it now.
 	Healthy func(nic string) bool
+	// NRI, where not nil, is the runtime's NRI connection through which
+	// every container is checked at CreateContainer, its environment set
+	// there (no CDI device then); OpenNetns opens a sandbox's namespace by
+	// the path the runtime names it by.
+	NRI       *nri.State
+	OpenNetns func(path string) (engine.Handle, error)
 	// Reconcile says what the start-up reconcile may destroy.
 	Reconcile  ReconcileOptions
 	Metrics    Metrics
@@ -100,6 +107,7 @@ type Front struct {
 	unitServer *deviceplugin.Server // nil without a GPU machine type
 	server     *deviceplugin.Server
 	watcher    *podwatch.Watcher
+	nri        *nri.State // nil without --deviceplugin-nri
 
 	nics   []sysfs.NIC // served, in discovery order
 	shares int
@@ -120,6 +128,9 @@ func New(c Config) (*Front, func() error, error) {
 	if c.Engine == nil || c.Netns == nil || c.Healthy == nil || c.Registerer == nil {
 		return nil, nil, fmt.Errorf("device-plugin front end: Engine, Netns, Healthy and Registerer are required")
 	}
+	if c.NRI != nil && c.OpenNetns == nil {
+		return nil, nil, fmt.Errorf("device-plugin front end: NRI needs OpenNetns")
+	}
 	if err := os.MkdirAll(c.FilesDir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("state directory: %w", err)
 	}
@@ -137,12 +148,19 @@ func New(c Config) (*Front, func() error, error) {
 		nics: map[string]*nic{}, devNIC: map[string]string{}, resolve: map[string]func([]string) ([]*nic, error){},
 		eng: c.Engine, netns: c.Netns, jobs: c.Jobs, annotations: c.Annotations, addrs: c.Addrs, linker: linker,
 		files: &allocFiles{dir: c.FilesDir, cdi: c.CDI}, metrics: c.Metrics, events: c.Events, now: time.Now,
+		openNetns: c.OpenNetns,
+	}
+	if c.NRI != nil {
+		// The environment is set at CreateContainer: no CDI device, whose
+		// spec the runtime's cache might not have read yet.
+		b.files.cdi = nil
+		b.ready = c.NRI.Ready
 	}
 	if b.events == nil {
 		b.events = event.Nop{}
 	}
 	b.setPolicy(policyFrom(s))
-	f := &Front{b: b, nics: c.NICs, shares: s.NICResource.SharesPerNIC, healthy: c.Healthy,
+	f := &Front{b: b, nri: c.NRI, nics: c.NICs, shares: s.NICResource.SharesPerNIC, healthy: c.Healthy,
 		retryStuck: s.Cleanup.RetryStuckEvery.Duration, reconcile: c.Reconcile, reg: c.Registerer, node: c.Node, logger: logger}
 	for _, n := range c.NICs {
 		nd := &nic{name: n.Name, index: n.Index, devPath: filepath.Join(c.DevRoot, n.Name)}
@@ -292,9 +310,10 @@ func (f *Front) Start(ctx context.Context, _ func(error)) error {
 	return nil
 }
 
-// Loops are the pod watch, the cleanup of gone pods and the servers.
+// Loops are the pod watch, the cleanup of gone pods, the servers, and the
+// NRI connection where there is one.
 func (f *Front) Loops(ctx context.Context) []func() error {
-	return []func() error{
+	loops := []func() error{
 		func() error { return f.watcher.Run(ctx) },
 		func() error {
 			retry := time.NewTicker(f.retryStuck)
@@ -304,6 +323,10 @@ func (f *Front) Loops(ctx context.Context) []func() error {
 		},
 		func() error { return deviceplugin.RunAll(ctx, f.servers()...) },
 	}
+	if f.nri != nil {
+		loops = append(loops, func() error { return nri.Run(ctx, nriFront{f.b}, f.nri, f.logger.With("component", "nri")) })
+	}
+	return loops
 }
 
 // HealthChanged sends the kubelet the devices with their NICs' health.
@@ -317,9 +340,18 @@ func (f *Front) HealthChanged() {
 // Serving reports whether the NIC resource is registered with the kubelet.
 func (f *Front) Serving() bool { return f.server.Status().Serving }
 
-// NotReady is always "": without NRI the device plugin binds at
+// NotReady says why containers cannot be checked: with NRI asked for, it
+// is not connected. Without NRI, "": the device plugin binds at
 // PreStartContainer, as it always has.
-func (f *Front) NotReady() string { return "" }
+func (f *Front) NotReady() string {
+	if f.nri == nil {
+		return ""
+	}
+	if err := f.nri.Ready(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
 
 // Report adds the front end's part to the agent's inspect view: the
 // shares pods hold of each NIC, and the GPU units.
@@ -361,7 +393,13 @@ func (f *Front) Reload(c config.Config) {
 func (f *Front) Stop() {}
 
 // Describe is what the agent's "ready" line says of the front end.
-func (f *Front) Describe() []any { return []any{"api", "deviceplugin", "resource", f.res.name} }
+func (f *Front) Describe() []any {
+	d := []any{"api", "deviceplugin", "resource", f.res.name}
+	if f.nri != nil {
+		d = append(d, "nri_socket", f.nri.Socket())
+	}
+	return d
+}
 
 // devices are the NIC resource's devices: every share of every NIC that
 // no GPU unit holds, healthy as its NIC.
