@@ -95,7 +95,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command, exactly what .ci/run runs)
-check: test e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi e2e-node-upgrade
+check: test structure e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi e2e-node-upgrade
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -144,6 +144,14 @@ validate-manifests: build
 	  if command -v file >/dev/null; then file $$b | grep -q 'statically linked' || { file $$b; echo "$$b: not static"; exit 1; }; fi; \
 	  echo "$$b: static"; \
 	done
+
+## structure: the agent's shape, checked from the type-checked code in its own
+## Go module (hack/structure, golang.org/x/tools/go/packages): only agent/engine
+## creates, binds or destroys a CXI service; the root, agent/devplugin,
+## agent/dra and agent/nri import only what ARCHITECTURE.md says. About 20 s.
+.PHONY: structure
+structure:
+	cd hack/structure && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## compat: HEAD against the baseline release (docs/upgrade.md names it), in its
 ## own Go module (hack/compat): a git worktree of the baseline commit from this

@@ -1,0 +1,12 @@
+module github.com/slingshot-k8s/slingshot/hack/structure
+
+go 1.26.0
+
+replace github.com/slingshot-k8s/slingshot => ../..
+
+require golang.org/x/tools v0.52.0
+
+require (
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+)
