@@ -146,15 +146,3 @@ func (f *failingGet) Get(ctx context.Context, id uint32) (cxi.Service, error) {
 	}
 	return f.Driver.Get(ctx, id)
 }
-
-// waitFor polls cond, bounded, for state another goroutine changes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}

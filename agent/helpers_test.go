@@ -2,49 +2,21 @@ package agent
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event/eventtest"
+	"github.com/slingshot-k8s/slingshot/agent/internal/agenttest"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 	"github.com/slingshot-k8s/slingshot/internal/backoff"
 )
-
-// histogramCount returns how many observations h has.
-func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetHistogram().GetSampleCount()
-}
-
-// testLogger sends log lines to the test's log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
-}
-
-// testLoggerDiscard is a logger for benchmarks.
-func testLoggerDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // simRig is the agent's NICs over two simulated devices, counted into
 // its metrics as the agent counts them, with an engine over a checkpoint
@@ -111,3 +83,11 @@ func (stubLeaser) AcquireJobVNI(_ context.Context, p controllerclient.PodRef) (c
 }
 
 func (stubLeaser) ReleaseJobVNI(context.Context, controllerclient.Lease) error { return nil }
+
+// The shared helpers (agenttest), by the names these tests use.
+var (
+	testLogger        = agenttest.Logger
+	testLoggerDiscard = agenttest.Discard
+	waitFor           = agenttest.WaitFor
+	histogramCount    = agenttest.HistogramCount
+)
