@@ -37,9 +37,9 @@ const (
 	// heap it freed for reuse, returning it to the OS slowly, so a
 	// sample reads its footprint from below, and lower still before the
 	// footprint has reached its high-water mark: one sample to the next
-	// moves by up to 2 MiB, the highest of three by less than 1 MiB. A
-	// pod's record left behind (a kilobyte or more) adds 6 MiB between
-	// the windows.
+	// moves by up to 4 MiB, the highest of three by about 1 MiB (runs of
+	// make bench-memory: -0.5 to +1.1 MiB). A pod's record left behind
+	// (a kilobyte or more) adds 4 to 8 MiB between the windows.
 	memoryAnonTolerance = 2 << 20
 	// memoryHeapGoalTolerance is the same for the heap goal the last GC
 	// set (about twice the live heap), comparing the lowest sample of
