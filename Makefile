@@ -107,6 +107,22 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
+## bench-memory: the agent's resident memory (RssAnon, RssFile, RssShmem from
+## /proc, its Go heap, goroutines and open files) idle and over BENCH_MEMORY_PODS
+## pod starts and exits (10,000, the figure to quote), the agent built as it
+## ships, the simulated driver and 4 NICs under the kubelet's own device manager
+## (hack/kubelet-e2e BenchmarkAgentMemory): once beside a cluster controller
+## (remote) and once with the embedded one. It fails over 16 MiB anonymous idle,
+## or when memory, goroutines or open files grow after the first fifth of the
+## pods. 8-13 min each on 2 busy cores; needs root and util-linux's unshare.
+## BENCH_MEMORY_FLAGS passes more, e.g. '-bench BenchmarkAgentMemory/remote'.
+BENCH_MEMORY_PODS  ?= 10000
+BENCH_MEMORY_FLAGS ?=
+.PHONY: bench-memory
+bench-memory:
+	cd hack/kubelet-e2e && $(GO) test -count=1 -v -timeout 90m -run '^$$' -bench BenchmarkAgentMemory -benchtime 1x \
+	  $(BENCH_MEMORY_FLAGS) . -memory.pods $(BENCH_MEMORY_PODS)
+
 ## fuzz: the DRA path's randomized interleavings over INTERLEAVE_SEEDS seeds
 ## (make test runs 30), then every fuzz target for FUZZTIME each
 INTERLEAVE_SEEDS ?= 400

@@ -65,6 +65,17 @@ type Kubelet struct {
 	// Allocate relies on it (its devicesToReuse map has no lock).
 	// Containers start side by side, in the pods' workers.
 	admitting sync.Mutex
+	// activating keeps pods from becoming active while the PodResources
+	// server's UpdateAllocatedDevices runs (those calls hold it for
+	// reading). The manager's UpdateAllocatedDevices lists the active
+	// pods before it takes its own lock (k8s.io/kubernetes v1.37.1,
+	// pkg/kubelet/cm/devicemanager/manager.go), so a call that listed
+	// them before a pod became active, and took the lock after the pod's
+	// Allocate, frees the pod's devices; its container then cannot start
+	// ("no devices found allocated in local cache"). The real kubelet has
+	// that race (once in about 15,000 admissions beside the agent's 100 ms
+	// List here); the harness keeps it out, so that a test sees the agent.
+	activating sync.RWMutex
 
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
@@ -117,6 +128,8 @@ func StartNotReady(ctx context.Context, dir string, numaNodes int) (*Kubelet, er
 // SourcesReady makes pods active, as the kubelet does once the API server
 // has told it its pods, and the kubelet's sources ready.
 func (k *Kubelet) SourcesReady(pods ...*v1.Pod) {
+	k.activating.Lock()
+	defer k.activating.Unlock()
 	k.mu.Lock()
 	for _, p := range pods {
 		k.pods[p.UID] = p
@@ -158,7 +171,7 @@ func (k *Kubelet) servePodResources(ctx context.Context) error {
 		apisgrpc.WithRateLimiter(ctx, "podresources", podresources.DefaultQPS, podresources.DefaultBurstTokens))
 	podresourcesv1.RegisterPodResourcesListerServer(k.podRes, podresources.NewV1PodResourcesServer(ctx, podresources.PodResourcesProviders{
 		Pods:             podsProvider{k},
-		Devices:          devicesProvider{k.manager},
+		Devices:          devicesProvider{k},
 		Cpus:             noCPUs{},
 		Memory:           noMemory{},
 		DynamicResources: noDRA{},
@@ -194,9 +207,11 @@ func (k *Kubelet) Admit(ctx context.Context, pod *v1.Pod) (map[string]*deviceman
 func (k *Kubelet) allocate(ctx context.Context, pod *v1.Pod) error {
 	k.admitting.Lock()
 	defer k.admitting.Unlock()
+	k.activating.Lock()
 	k.mu.Lock()
 	k.pods[pod.UID] = pod
 	k.mu.Unlock()
+	k.activating.Unlock()
 	for i := range pod.Spec.Containers {
 		if err := k.manager.Allocate(ctx, pod, &pod.Spec.Containers[i], lifecycle.AddOperation); err != nil {
 			k.RemovePod(pod.UID)

@@ -9,18 +9,23 @@ import (
 
 // devicesProvider adapts the device manager to the PodResources server the
 // way the kubelet's container manager does.
-type devicesProvider struct{ m *devicemanager.ManagerImpl }
+type devicesProvider struct{ k *Kubelet }
 
+// UpdateAllocatedDevices frees the devices of pods no longer active, as
+// the PodResources server asks before it answers; never while a pod
+// becomes active (see Kubelet.activating).
 func (d devicesProvider) UpdateAllocatedDevices(logger klog.Logger) {
-	d.m.UpdateAllocatedDevices(logger)
+	d.k.activating.RLock()
+	defer d.k.activating.RUnlock()
+	d.k.manager.UpdateAllocatedDevices(logger)
 }
 
 func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesapi.ContainerDevices {
-	return toContainerDevices(d.m.GetDevices(podUID, containerName))
+	return toContainerDevices(d.k.manager.GetDevices(podUID, containerName))
 }
 
 func (d devicesProvider) GetAllocatableDevices(logger klog.Logger) []*podresourcesapi.ContainerDevices {
-	return toContainerDevices(d.m.GetAllocatableDevices(logger))
+	return toContainerDevices(d.k.manager.GetAllocatableDevices(logger))
 }
 
 func toContainerDevices(devs devicemanager.ResourceDeviceInstances) []*podresourcesapi.ContainerDevices {
