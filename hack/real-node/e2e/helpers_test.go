@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
@@ -195,27 +194,4 @@ func newSpecs(before, after []string) []string {
 		}
 	}
 	return out
-}
-
-// waitQuarantined waits until the controller lists vni in quarantine.
-func waitQuarantined(ctx context.Context, vni uint16) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		vnis, err := env.VNIs(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, q := range vnis.Quarantined {
-			if uint16(q.Vni) == vni {
-				return true, nil
-			}
-		}
-		last = fmt.Sprintf("leases %v, quarantined %v", vnis.Leases, vnis.Quarantined)
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("VNI %d in quarantine: %w (last: %s)", vni, err, last)
-	}
-	return nil
 }

@@ -92,7 +92,10 @@ func TestJobDeletedCleansUp(t *testing.T) {
 	}
 	// The Job is gone and no node holds its VNI: the controller frees it
 	// into quarantine, and a new Job gets another.
-	if err := waitQuarantined(ctx, vni); err != nil {
+	if _, err := env.WaitCleanedUp(ctx, cluster.Cleanup{
+		Leftovers: []cluster.Leftover{env.VNIsQuarantined(vni)},
+		Interval:  200 * time.Millisecond, Timeout: time.Minute,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	next, err := env.RunJob(ctx, ns, cluster.Job("next", 1, 1))

@@ -142,16 +142,11 @@ func holders(l *apiv1.JobVNILease) []string {
 // quarantined reports whether the controller holds vni in quarantine.
 func quarantined(t *testing.T, vni uint16) bool {
 	t.Helper()
-	vnis, err := env.VNIs(t.Context())
+	left, err := env.VNIsQuarantined(vni)(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range vnis.Quarantined {
-		if uint16(q.Vni) == vni {
-			return true
-		}
-	}
-	return false
+	return left == ""
 }
 
 // waitFor polls cond every 200 ms until it holds or timeout passes; the

@@ -267,11 +267,15 @@ func TestMultiJobDeletedFreesVNI(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
 	deletePod(t, pods[n1.Node.Name])
-	waitFor(t, 2*time.Minute, fmt.Sprintf("VNI %d released by %s alone", vni, n1.Node.Name), func() (bool, string) {
-		s1 := servicesWithVNI(t, n1, vni)
-		h := holders(lease(t, vni))
-		return len(s1) == 0 && slices.Equal(h, []string{n2.Node.Name}), fmt.Sprintf("%s services %v, holders %v", n1.Node.Name, s1, h)
-	})
+	if _, err := n1.WaitCleanedUp(ctx, cluster.Cleanup{
+		VNI: vni, Leftovers: []cluster.Leftover{n1.DriverVNIGone(vni)},
+		Interval: 200 * time.Millisecond, Timeout: 2 * time.Minute,
+	}); err != nil {
+		t.Fatalf("VNI %d released by %s: %v", vni, n1.Node.Name, err)
+	}
+	if h := holders(lease(t, vni)); !slices.Equal(h, []string{n2.Node.Name}) {
+		t.Errorf("VNI %d held by %v once %s released it, want %s alone", vni, h, n1.Node.Name, n2.Node.Name)
+	}
 	if s2 := servicesWithVNI(t, n2, vni); len(s2) != 1 {
 		t.Errorf("%s: services of VNI %d %v while its pod runs, want 1", n2.Node.Name, vni, s2)
 	}
@@ -301,14 +305,14 @@ func TestMultiJobDeletedFreesVNI(t *testing.T) {
 // and the controller holds it in quarantine.
 func waitFreed(t *testing.T, vni uint16) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, fmt.Sprintf("VNI %d freed on every node and quarantined", vni), func() (bool, string) {
-		var svcs []simstate.Service
-		for _, ne := range env.Nodes() {
-			svcs = append(svcs, servicesWithVNI(t, ne, vni)...)
-		}
-		l, q := lease(t, vni), quarantined(t, vni)
-		return len(svcs) == 0 && l == nil && q, fmt.Sprintf("services %v, lease %v, quarantined %v", svcs, l, q)
-	})
+	var left []cluster.Leftover
+	for _, ne := range env.Nodes() {
+		left = append(left, ne.DriverVNIGone(vni))
+	}
+	left = append(left, env.VNIsReleased(vni), env.VNIsQuarantined(vni))
+	if _, err := env.WaitCleanedUp(t.Context(), cluster.Cleanup{Leftovers: left, Interval: 200 * time.Millisecond, Timeout: 2 * time.Minute}); err != nil {
+		t.Fatalf("VNI %d freed on every node and quarantined: %v", vni, err)
+	}
 }
 
 // deletePod deletes the pod and waits until it is gone from the API.
