@@ -15,6 +15,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
@@ -132,6 +133,24 @@ func (e *Env) DriverServicesGone(svcs []simstate.Service) Leftover {
 // no service left on any NIC of the node but the driver's own, the
 // default service and system services.
 func (e *Env) DriverEmpty() Leftover {
+	return e.driverLeft("services left in the driver", func(simstate.Service) bool { return true })
+}
+
+// DriverVNIGone is cleanup of a Job's VNI as the node's driver sees it:
+// no service on any NIC of the node carries vni any more, the driver's
+// own aside. It finds the services whoever made them and whatever their
+// IDs became (a service made again takes a new one), where
+// DriverServicesGone needs them named.
+func (e *Env) DriverVNIGone(vni uint16) Leftover {
+	return e.driverLeft(fmt.Sprintf("services of VNI %d left in the driver", vni), func(s simstate.Service) bool {
+		return slices.Contains(s.VNIs, vni)
+	})
+}
+
+// driverLeft is a Leftover of the services of the node's driver that
+// match, the driver's own (the default service and system services)
+// aside: those only the agent makes and destroys.
+func (e *Env) driverLeft(what string, match func(simstate.Service) bool) Leftover {
 	return func(context.Context) (string, error) {
 		svcs, err := e.DriverServices()
 		if err != nil {
@@ -139,12 +158,12 @@ func (e *Env) DriverEmpty() Leftover {
 		}
 		var left []string
 		for _, s := range svcs {
-			if s.ID != uapi.DefaultSvcID && !s.System {
+			if s.ID != uapi.DefaultSvcID && !s.System && match(s) {
 				left = append(left, fmt.Sprintf("%s/%d (vnis %v, netns %v)", s.NIC, s.ID, s.VNIs, s.NetNS))
 			}
 		}
 		if len(left) > 0 {
-			return fmt.Sprintf("services left in the driver: %v", left), nil
+			return fmt.Sprintf("%s: %s: %v", e.Node.Name, what, left), nil
 		}
 		return "", nil
 	}
@@ -161,6 +180,24 @@ func (e *Env) VNIsReleased(vnis ...uint16) Leftover {
 		for _, l := range resp.Leases {
 			if slices.Contains(vnis, uint16(l.Vni)) {
 				return fmt.Sprintf("VNI %d still leased to %s/%s (nodes %v, owner gone %v)", l.Vni, l.GetOwner().GetNamespace(), l.GetOwner().GetName(), l.Nodes, l.OwnerGone), nil
+			}
+		}
+		return "", nil
+	}
+}
+
+// VNIsQuarantined is the end of cleanup at the controller: each of vnis
+// freed into quarantine, where it waits out a while before it can be
+// handed out again (VNIsReleased sees it freed, not where it went).
+func (e *Env) VNIsQuarantined(vnis ...uint16) Leftover {
+	return func(ctx context.Context) (string, error) {
+		resp, err := e.VNIs(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, vni := range vnis {
+			if !slices.ContainsFunc(resp.Quarantined, func(q *apiv1.QuarantinedVNI) bool { return uint16(q.Vni) == vni }) {
+				return fmt.Sprintf("VNI %d not in quarantine (leases %v, quarantined %v)", vni, resp.Leases, resp.Quarantined), nil
 			}
 		}
 		return "", nil

@@ -40,5 +40,5 @@ func TestControllerRestart(t *testing.T) {
 	}
 	v := viewPod(t, pods[0], rep)
 	checkIsolated(t, v, 1)
-	t.Logf("pod bound on VNI %d %v after the new controller was ready", v.JobVNI, time.Since(ready).Round(10*time.Millisecond))
+	t.Logf("pod bound on VNI %d %v after the new controller was ready", v.JobVNI(), time.Since(ready).Round(10*time.Millisecond))
 }

@@ -150,8 +150,8 @@ func TestCleanupStuckTaintsNode(t *testing.T) {
 	if msg := waitEvent(t, ctx, ns, "Pod", pods[0].Name, "CXICleanupStuck"); !strings.Contains(msg, fmt.Sprintf("%s:%d", svc.NIC, svc.ID)) {
 		t.Errorf("the pod's event %q does not name its service %s:%d", msg, svc.NIC, svc.ID)
 	}
-	if holders, err := env.VNIHolders(ctx, v.JobVNI); err != nil || !slices.Contains(holders, env.Node.Name) {
-		t.Errorf("VNI %d holders %v (%v) while its service is busy, want this node", v.JobVNI, holders, err)
+	if holders, err := env.VNIHolders(ctx, v.JobVNI()); err != nil || !slices.Contains(holders, env.Node.Name) {
+		t.Errorf("VNI %d holders %v (%v) while its service is busy, want this node", v.JobVNI(), holders, err)
 	}
 
 	if err := dev.SetInUse(svc.ID, 0); err != nil {
@@ -163,7 +163,7 @@ func TestCleanupStuckTaintsNode(t *testing.T) {
 		t.Errorf("node taints %v after the taint went, want %v as before", after, before)
 	}
 	waitEvent(t, ctx, metav1.NamespaceDefault, "Node", env.Node.Name, "CXINodeCleanupDone")
-	if _, err := waitCleanedUp(ctx, []string{v.Key}, v.JobVNI); err != nil {
+	if _, err := waitCleanedUp(ctx, []string{v.Key}, v.JobVNI()); err != nil {
 		t.Fatalf("cleanup after the service was freed: %v\n%s", err, env.Describe(ctx))
 	}
 }

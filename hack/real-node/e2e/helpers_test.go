@@ -11,23 +11,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
 
-// envFile is the agent's per-container env file as the container sees it.
-const envFile = cluster.ContainerEnvFile
-
-// podView is what the node shows of one running pod: its processes, the
-// Slingshot values its container got, and the CXI services the agent
-// made for it.
+// podView is what the node shows of one running pod (cluster.PodView)
+// and what the device plugin adds: the services the agent reports for
+// it, and its hsn interface.
 type podView struct {
 	cluster.PodView
-	EnvVNIs  string // SLINGSHOT_VNIS in the app's environment (CDI)
-	FileVNIs string // SLINGSHOT_VNIS in the env file
-	JobVNI   uint16 // the first of SLINGSHOT_VNIS
 	// Services are those the agent reports for the pod: the device plugin
 	// names its services by the pod they serve.
 	Services []inspect.Service
@@ -39,8 +32,7 @@ type podView struct {
 
 func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 	t.Helper()
-	v := podView{PodView: cluster.ViewPod(t, p)}
-	v.EnvVNIs = v.App.Env["SLINGSHOT_VNIS"]
+	v := podView{PodView: env.ViewPod(t, p)}
 	links, err := cluster.Links(t.Context(), fmt.Sprintf("/proc/%d/ns/net", v.App.Pid))
 	if err != nil {
 		t.Fatalf("pod %s: %v", v.Key, err)
@@ -55,12 +47,6 @@ func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 			v.HSN = p.HSN
 		}
 	}
-	file, err := cluster.EnvFile(v.App.Pid, envFile)
-	if err != nil {
-		t.Errorf("pod %s: env file: %v", v.Key, err)
-	}
-	v.FileVNIs = file["SLINGSHOT_VNIS"]
-	v.JobVNI = cluster.FirstVNI(v.FileVNIs)
 	for _, s := range rep.Services {
 		if s.Pod == v.Key {
 			v.Services = append(v.Services, s)
@@ -69,27 +55,14 @@ func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 	return v
 }
 
-// checkIsolated checks one pod's view: the CDI environment and the env
-// file agree, and each of its services is enabled, admits exactly the
-// pod's network namespace, and carries the job's VNI.
+// checkIsolated checks one pod's view: its container's VNIs agree in the
+// environment (CDI) and the env file, and nics services, in the driver
+// and as the agent reports them, are enabled, admit exactly the pod's
+// network namespace and carry its VNIs.
 func checkIsolated(t *testing.T, v podView, nics int) {
 	t.Helper()
-	if v.EnvVNIs == "" || v.EnvVNIs != v.FileVNIs {
-		t.Errorf("pod %s: SLINGSHOT_VNIS %q in the environment (CDI), %q in %s", v.Key, v.EnvVNIs, v.FileVNIs, envFile)
-	}
-	if v.JobVNI == 0 {
-		t.Errorf("pod %s: no job VNI in %q", v.Key, v.FileVNIs)
-	}
-	if len(v.Services) != nics {
-		t.Errorf("pod %s: %d services, want %d: %+v", v.Key, len(v.Services), nics, v.Services)
-	}
-	wantMember := cluster.NetnsMember(v.Netns)
-	for _, s := range v.Services {
-		if !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) || !slices.Contains(s.VNIs, v.JobVNI) {
-			t.Errorf("pod %s: service %s/%d enabled=%v members=%v vnis=%v; want enabled, members [%s], VNI %d",
-				v.Key, s.NIC, s.ID, s.Enabled, s.Members, s.VNIs, wantMember, v.JobVNI)
-		}
-	}
+	cluster.CheckBound(t, v.PodView, nics)
+	cluster.CheckReported(t, v.PodView, v.Services, nics)
 }
 
 // nodeState is what must survive restarts of the kubelet, the agent and
@@ -116,9 +89,9 @@ func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []
 	st := nodeState{Services: map[string]inspect.Service{}, EnvFiles: map[string]string{}, HSN: map[string]string{}}
 	for _, p := range pods {
 		v := viewPod(t, p, rep)
-		st.EnvFiles[v.Key] = v.FileVNIs
+		st.EnvFiles[v.Key] = v.File["SLINGSHOT_VNIS"]
 		st.HSN[v.Key] = v.HSN + " | " + v.HSNLink
-		st.JobVNI = v.JobVNI
+		st.JobVNI = v.JobVNI()
 		for _, s := range v.Services {
 			st.Services[v.Key+"@"+s.NIC] = s
 		}
@@ -221,27 +194,4 @@ func newSpecs(before, after []string) []string {
 		}
 	}
 	return out
-}
-
-// waitQuarantined waits until the controller lists vni in quarantine.
-func waitQuarantined(ctx context.Context, vni uint16) error {
-	var last string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		vnis, err := env.VNIs(ctx)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, q := range vnis.Quarantined {
-			if uint16(q.Vni) == vni {
-				return true, nil
-			}
-		}
-		last = fmt.Sprintf("leases %v, quarantined %v", vnis.Leases, vnis.Quarantined)
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("VNI %d in quarantine: %w (last: %s)", vni, err, last)
-	}
-	return nil
 }

@@ -35,10 +35,10 @@ func TestJobPodsShareVNI(t *testing.T) {
 		for i, p := range pods {
 			v := viewPod(t, p, rep)
 			checkIsolated(t, v, 1)
-			if i > 0 && v.JobVNI != vni {
-				t.Errorf("pods of one Job on VNIs %d and %d", vni, v.JobVNI)
+			if i > 0 && v.JobVNI() != vni {
+				t.Errorf("pods of one Job on VNIs %d and %d", vni, v.JobVNI())
 			}
-			vni = v.JobVNI
+			vni = v.JobVNI()
 		}
 		return vni
 	}
@@ -68,7 +68,7 @@ func TestJobDeletedCleansUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vni := viewPod(t, pods[0], rep).JobVNI
+	vni := viewPod(t, pods[0], rep).JobVNI()
 	if err := env.DeleteJob(ctx, ns, "gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,10 @@ func TestJobDeletedCleansUp(t *testing.T) {
 	}
 	// The Job is gone and no node holds its VNI: the controller frees it
 	// into quarantine, and a new Job gets another.
-	if err := waitQuarantined(ctx, vni); err != nil {
+	if _, err := env.WaitCleanedUp(ctx, cluster.Cleanup{
+		Leftovers: []cluster.Leftover{env.VNIsQuarantined(vni)},
+		Interval:  200 * time.Millisecond, Timeout: time.Minute,
+	}); err != nil {
 		t.Fatal(err)
 	}
 	next, err := env.RunJob(ctx, ns, cluster.Job("next", 1, 1))
@@ -103,7 +106,7 @@ func TestJobDeletedCleansUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := viewPod(t, next[0], rep).JobVNI; got == vni {
+	if got := viewPod(t, next[0], rep).JobVNI(); got == vni {
 		t.Errorf("VNI %d handed out again during its quarantine", vni)
 	}
 }

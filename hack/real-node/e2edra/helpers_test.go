@@ -45,16 +45,14 @@ type svcCheck struct {
 	Self  uint32 `json:"self"`
 }
 
-// draPod is what the node shows of one running pod with a claim.
+// draPod is what the node shows of one running pod with a claim: what it
+// shows of any pod (cluster.PodView) and what DRA adds.
 type draPod struct {
-	// PodView is its processes: its network namespace and the workload's.
 	cluster.PodView
-	// Env is the workload's SLINGSHOT_* environment; Devices, SvcIDs and
-	// VNIs its parsed lists.
-	Env     map[string]string
+	// Devices and SvcIDs are the parsed SLINGSHOT_DEVICES and
+	// SLINGSHOT_SVC_IDS of the workload's environment.
 	Devices []string
 	SvcIDs  []uint32
-	VNIs    []uint16
 	// Claims are the pod's ResourceClaims; Allocated their devices.
 	Claims    []*resourcev1.ResourceClaim
 	Allocated []string
@@ -72,22 +70,9 @@ type draPod struct {
 	ReportedSvc map[string]inspect.Service
 }
 
-// JobVNI is the first of SLINGSHOT_VNIS, 0 when none.
-func (v draPod) JobVNI() uint16 {
-	if len(v.VNIs) == 0 {
-		return 0
-	}
-	return v.VNIs[0]
-}
-
 func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
 	t.Helper()
-	v := draPod{PodView: cluster.ViewPod(t, p), Env: map[string]string{}}
-	for k, val := range v.App.Env {
-		if strings.HasPrefix(k, "SLINGSHOT_") {
-			v.Env[k] = val
-		}
-	}
+	v := draPod{PodView: env.ViewPod(t, p)}
 	v.Devices = splitList(v.Env["SLINGSHOT_DEVICES"])
 	for _, s := range splitList(v.Env["SLINGSHOT_SVC_IDS"]) {
 		id, err := strconv.ParseUint(s, 10, 32)
@@ -95,13 +80,6 @@ func viewDRAPod(t *testing.T, ctx context.Context, p corev1.Pod) draPod {
 			t.Errorf("pod %s: SLINGSHOT_SVC_IDS %q: %v", v.Key, v.Env["SLINGSHOT_SVC_IDS"], err)
 		}
 		v.SvcIDs = append(v.SvcIDs, uint32(id))
-	}
-	for _, s := range splitList(v.Env["SLINGSHOT_VNIS"]) {
-		n, err := strconv.ParseUint(s, 10, 16)
-		if err != nil {
-			t.Errorf("pod %s: SLINGSHOT_VNIS %q: %v", v.Key, v.Env["SLINGSHOT_VNIS"], err)
-		}
-		v.VNIs = append(v.VNIs, uint16(n))
 	}
 	claims, err := env.PodClaims(ctx, &p)
 	if err != nil {
@@ -200,6 +178,7 @@ func checkBound(t *testing.T, v draPod) {
 // container started.
 func checkRunsBound(t *testing.T, v draPod) {
 	t.Helper()
+	cluster.CheckBound(t, v.PodView, len(v.Devices))
 	for _, k := range []string{"SLINGSHOT_DEVICES", "SLINGSHOT_SVC_IDS", "SLINGSHOT_VNIS", "SLINGSHOT_TCS"} {
 		if v.Env[k] == "" {
 			t.Errorf("pod %s: %s empty or unset in the container's environment: %v", v.Key, k, v.Env)
@@ -224,10 +203,13 @@ func checkRunsBound(t *testing.T, v draPod) {
 	if len(v.Missing) > 0 {
 		t.Errorf("pod %s: services %v named in its environment are not in the driver", v.Key, v.Missing)
 	}
+	// CheckBound checked the services admitting the pod; those its
+	// environment names must be among them, or the program would open
+	// services that do not admit it.
 	for _, s := range v.Services {
-		if !s.Enabled || !s.OnlyNetns(v.Netns) || !slices.Contains(s.VNIs, v.JobVNI()) {
-			t.Errorf("pod %s: service %s enabled=%v open=%v uids=%v gids=%v netns=%v vnis=%v; want enabled, only netns %d, VNI %d",
-				v.Key, svcKey(s.NIC, s.ID), s.Enabled, s.Open, s.UIDs, s.GIDs, s.NetNS, s.VNIs, v.Netns, v.JobVNI())
+		if !slices.ContainsFunc(v.Admitting, func(a simstate.Service) bool { return a.NIC == s.NIC && a.ID == s.ID }) {
+			t.Errorf("pod %s: service %s named in its environment does not admit its namespace %d: enabled=%v open=%v uids=%v gids=%v netns=%v vnis=%v",
+				v.Key, svcKey(s.NIC, s.ID), v.Netns, s.Enabled, s.Open, s.UIDs, s.GIDs, s.NetNS, s.VNIs)
 		}
 	}
 	for _, c := range v.Claims {
@@ -242,16 +224,15 @@ func checkRunsBound(t *testing.T, v draPod) {
 			t.Errorf("pod %s: the agent reports claim %s as %+v (found %v); want bound to the pod (uid %s) with services %v", v.Key, c.Name, r, ok, v.UID, want)
 		}
 	}
+	var reported []inspect.Service
 	for i, nic := range v.Devices {
-		if i >= len(v.SvcIDs) {
-			break
-		}
-		k := svcKey(nic, v.SvcIDs[i])
-		s, ok := v.ReportedSvc[k]
-		if wantMember := cluster.NetnsMember(v.Netns); !ok || !s.Enabled || !slices.Equal(s.Members, []string{wantMember}) {
-			t.Errorf("pod %s: the agent reports service %s as %+v (found %v); want enabled with members [%s]", v.Key, k, s, ok, wantMember)
+		if i < len(v.SvcIDs) {
+			if s, ok := v.ReportedSvc[svcKey(nic, v.SvcIDs[i])]; ok {
+				reported = append(reported, s)
+			}
 		}
 	}
+	cluster.CheckReported(t, v.PodView, reported, len(v.Devices))
 }
 
 // checkStartedBound checks the workload's svccheck lines: each service

@@ -24,10 +24,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/hack/real-node/simstate"
 )
 
-// envFile is the agent's per-container env file as the container sees it;
-// device-plugin mode only.
-const envFile = cluster.ContainerEnvFile
-
 // podVNIPool is the controller's pool of pod-scoped VNIs
 // (controller/slices.PodVNIPool).
 const podVNIPool = "pod-vni"
@@ -90,64 +86,6 @@ func runSpread(t *testing.T, ns string, j *batchv1.Job) map[string]corev1.Pod {
 	return byNode
 }
 
-// podView is what a node shows of one running pod: the Slingshot values
-// its container got and the services of the node's simulated driver that
-// admit the pod's network namespace.
-type podView struct {
-	cluster.PodView
-	EnvVNIs  string // SLINGSHOT_VNIS in the app's environment (CDI)
-	FileVNIs string // SLINGSHOT_VNIS in the env file ("" with DRA)
-	VNI      uint16 // the first of EnvVNIs: the job's (or the pod's own) VNI
-	// Services are found by the namespace they admit, whichever front
-	// end made them: the driver's state names no pod.
-	Services []simstate.Service
-}
-
-// viewPod reads the pod's view from the node's /proc and its driver's
-// state.
-func viewPod(t *testing.T, p corev1.Pod) podView {
-	t.Helper()
-	v := podView{PodView: cluster.ViewPod(t, p)}
-	v.EnvVNIs = v.App.Env["SLINGSHOT_VNIS"]
-	if *apiFlag == cluster.APIDevicePlugin {
-		file, err := cluster.EnvFile(v.App.Pid, envFile)
-		if err != nil {
-			t.Errorf("pod %s: env file: %v", v.Key, err)
-		}
-		v.FileVNIs = file["SLINGSHOT_VNIS"]
-	}
-	v.VNI = cluster.FirstVNI(v.EnvVNIs)
-	for _, s := range nodeServices(t, nodeEnv(t, v.Node)) {
-		if slices.Contains(s.NetNS, v.Netns) {
-			v.Services = append(v.Services, s)
-		}
-	}
-	return v
-}
-
-// checkBound checks one pod's view: its container has a VNI (in the
-// environment and, with the device plugin, the env file alike), and it has
-// nics services on its node, each enabled, admitting exactly its network
-// namespace, and carrying that VNI.
-func checkBound(t *testing.T, v podView, nics int) {
-	t.Helper()
-	if v.VNI == 0 {
-		t.Errorf("pod %s on %s: no VNI in SLINGSHOT_VNIS %q", v.Key, v.Node, v.EnvVNIs)
-	}
-	if *apiFlag == cluster.APIDevicePlugin && v.EnvVNIs != v.FileVNIs {
-		t.Errorf("pod %s on %s: SLINGSHOT_VNIS %q in the environment, %q in %s", v.Key, v.Node, v.EnvVNIs, v.FileVNIs, envFile)
-	}
-	if len(v.Services) != nics {
-		t.Errorf("pod %s on %s: %d services admit its namespace %d, want %d: %+v", v.Key, v.Node, len(v.Services), v.Netns, nics, v.Services)
-	}
-	for _, s := range v.Services {
-		if !s.Enabled || !s.OnlyNetns(v.Netns) || !slices.Equal(s.VNIs, []uint16{v.VNI}) {
-			t.Errorf("pod %s on %s: service %s/%d enabled=%v netns=%v open=%v vnis=%v; want enabled, netns [%d] only, VNIs [%d]",
-				v.Key, v.Node, s.NIC, s.ID, s.Enabled, s.NetNS, s.Open, s.VNIs, v.Netns, v.VNI)
-		}
-	}
-}
-
 // nodeServices lists the services of every NIC of the node's simulated
 // driver, but the driver's own: the default service (disabled by the
 // agent) and the system ones.
@@ -204,16 +142,11 @@ func holders(l *apiv1.JobVNILease) []string {
 // quarantined reports whether the controller holds vni in quarantine.
 func quarantined(t *testing.T, vni uint16) bool {
 	t.Helper()
-	vnis, err := env.VNIs(t.Context())
+	left, err := env.VNIsQuarantined(vni)(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range vnis.Quarantined {
-		if uint16(q.Vni) == vni {
-			return true
-		}
-	}
-	return false
+	return left == ""
 }
 
 // waitFor polls cond every 200 ms until it holds or timeout passes; the

@@ -160,9 +160,9 @@ func checkCollectives(t *testing.T, ns, name string, byNode map[string]corev1.Po
 		engine.EnvHWCollMinNodes: strconv.Itoa(fmMinNodes),
 	}
 	for node, p := range byNode {
-		env := viewPod(t, p).App.Env
+		vars := env.ViewPod(t, p).App.Env
 		for k, w := range want {
-			if got, ok := env[k]; !ok || got != w {
+			if got, ok := vars[k]; !ok || got != w {
 				t.Errorf("pod %s/%s on %s: %s=%q in its container (set: %v), want %q", p.Namespace, p.Name, node, k, got, ok, w)
 			}
 		}

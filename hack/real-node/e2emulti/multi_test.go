@@ -68,12 +68,12 @@ func jobVNIAcross(t *testing.T, byNode map[string]corev1.Pod) uint16 {
 	t.Helper()
 	var vni uint16
 	for _, name := range allNodeNames() {
-		v := viewPod(t, byNode[name])
-		checkBound(t, v, 1)
-		if vni != 0 && v.VNI != vni {
-			t.Errorf("pod %s on %s has VNI %d (SLINGSHOT_VNIS %q); its Job's pod on another node has %d", v.Key, name, v.VNI, v.EnvVNIs, vni)
+		v := env.ViewPod(t, byNode[name])
+		cluster.CheckBound(t, v, 1)
+		if vni != 0 && v.JobVNI() != vni {
+			t.Errorf("pod %s on %s has VNI %d (SLINGSHOT_VNIS %q); its Job's pod on another node has %d", v.Key, name, v.JobVNI(), v.Env["SLINGSHOT_VNIS"], vni)
 		}
-		vni = v.VNI
+		vni = v.JobVNI()
 	}
 	if got := holders(lease(t, vni)); !slices.Equal(got, allNodeNames()) {
 		t.Errorf("VNI %d: lease held by %v, want %v", vni, got, allNodeNames())
@@ -96,23 +96,23 @@ func TestMultiPodVNIFromNodeSlices(t *testing.T) {
 	seen := map[uint16]string{}
 	var used []*apiv1.Slice
 	for _, name := range allNodeNames() {
-		v := viewPod(t, pods[name])
-		checkBound(t, v, 1)
-		if other, ok := seen[v.VNI]; ok {
-			t.Errorf("pod-scoped VNI %d on %s and %s", v.VNI, other, name)
+		v := env.ViewPod(t, pods[name])
+		cluster.CheckBound(t, v, 1)
+		if other, ok := seen[v.JobVNI()]; ok {
+			t.Errorf("pod-scoped VNI %d on %s and %s", v.JobVNI(), other, name)
 		}
-		seen[v.VNI] = name
+		seen[v.JobVNI()] = name
 		var in *apiv1.Slice
 		for _, s := range resp.Slices {
-			if uint32(v.VNI) >= s.VniFirst && uint32(v.VNI) <= s.VniLast {
+			if uint32(v.JobVNI()) >= s.VniFirst && uint32(v.JobVNI()) <= s.VniLast {
 				in = s
 			}
 		}
 		if in == nil || in.Node != name {
-			t.Errorf("pod %s on %s: VNI %d in slice %v, want one leased to %s; slices %v", v.Key, name, v.VNI, in, name, resp.Slices)
+			t.Errorf("pod %s on %s: VNI %d in slice %v, want one leased to %s; slices %v", v.Key, name, v.JobVNI(), in, name, resp.Slices)
 			continue
 		}
-		t.Logf("pod %s on %s: VNI %d from slice %d [%d-%d] of %s", v.Key, name, v.VNI, in.Index, in.VniFirst, in.VniLast, in.Node)
+		t.Logf("pod %s on %s: VNI %d from slice %d [%d-%d] of %s", v.Key, name, v.JobVNI(), in.Index, in.VniFirst, in.VniLast, in.Node)
 		used = append(used, in)
 	}
 	for i := range used {
@@ -197,7 +197,7 @@ func TestMultiAgentKilled(t *testing.T) {
 	// services and holds: the first node is looked at once only the
 	// release's pods and this test's remain, and only this test's
 	// service and hold.
-	steadyNetns := viewPod(t, steady[n1.Node.Name]).Netns
+	steadyNetns := env.ViewPod(t, steady[n1.Node.Name]).Netns
 	waitFor(t, 3*time.Minute, n1.Node.Name+" settled", func() (bool, string) {
 		s := snapshot(t, n1)
 		var others []string
@@ -223,8 +223,8 @@ func TestMultiAgentKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := time.Since(killed)
-	v := viewPod(t, during[0])
-	checkBound(t, v, 1)
+	v := env.ViewPod(t, during[0])
+	cluster.CheckBound(t, v, 1)
 
 	var back time.Duration
 	waitFor(t, 3*time.Minute, n2.Node.Name+"'s agent restarted and ready", func() (bool, string) {
@@ -235,9 +235,9 @@ func TestMultiAgentKilled(t *testing.T) {
 	if lost := before.lost(snapshot(t, n1)); len(lost) > 0 {
 		t.Errorf("%s changed when %s's agent was killed:\n%v", n1.Node.Name, n2.Node.Name, lost)
 	}
-	checkBound(t, viewPod(t, steady[n2.Node.Name]), 1)
+	cluster.CheckBound(t, env.ViewPod(t, steady[n2.Node.Name]), 1)
 	t.Logf("%s: %d services, %d pods, %d leases unchanged; a new pod ran there on VNI %d %s after the kill; %s's agent seen ready again %s after it",
-		n1.Node.Name, len(before.services), len(before.pods), len(before.holds), v.VNI, started.Round(time.Millisecond),
+		n1.Node.Name, len(before.services), len(before.pods), len(before.holds), v.JobVNI(), started.Round(time.Millisecond),
 		n2.Node.Name, back.Round(time.Millisecond))
 }
 
@@ -267,11 +267,15 @@ func TestMultiJobDeletedFreesVNI(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
 	deletePod(t, pods[n1.Node.Name])
-	waitFor(t, 2*time.Minute, fmt.Sprintf("VNI %d released by %s alone", vni, n1.Node.Name), func() (bool, string) {
-		s1 := servicesWithVNI(t, n1, vni)
-		h := holders(lease(t, vni))
-		return len(s1) == 0 && slices.Equal(h, []string{n2.Node.Name}), fmt.Sprintf("%s services %v, holders %v", n1.Node.Name, s1, h)
-	})
+	if _, err := n1.WaitCleanedUp(ctx, cluster.Cleanup{
+		VNI: vni, Leftovers: []cluster.Leftover{n1.DriverVNIGone(vni)},
+		Interval: 200 * time.Millisecond, Timeout: 2 * time.Minute,
+	}); err != nil {
+		t.Fatalf("VNI %d released by %s: %v", vni, n1.Node.Name, err)
+	}
+	if h := holders(lease(t, vni)); !slices.Equal(h, []string{n2.Node.Name}) {
+		t.Errorf("VNI %d held by %v once %s released it, want %s alone", vni, h, n1.Node.Name, n2.Node.Name)
+	}
 	if s2 := servicesWithVNI(t, n2, vni); len(s2) != 1 {
 		t.Errorf("%s: services of VNI %d %v while its pod runs, want 1", n2.Node.Name, vni, s2)
 	}
@@ -301,14 +305,14 @@ func TestMultiJobDeletedFreesVNI(t *testing.T) {
 // and the controller holds it in quarantine.
 func waitFreed(t *testing.T, vni uint16) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, fmt.Sprintf("VNI %d freed on every node and quarantined", vni), func() (bool, string) {
-		var svcs []simstate.Service
-		for _, ne := range env.Nodes() {
-			svcs = append(svcs, servicesWithVNI(t, ne, vni)...)
-		}
-		l, q := lease(t, vni), quarantined(t, vni)
-		return len(svcs) == 0 && l == nil && q, fmt.Sprintf("services %v, lease %v, quarantined %v", svcs, l, q)
-	})
+	var left []cluster.Leftover
+	for _, ne := range env.Nodes() {
+		left = append(left, ne.DriverVNIGone(vni))
+	}
+	left = append(left, env.VNIsReleased(vni), env.VNIsQuarantined(vni))
+	if _, err := env.WaitCleanedUp(t.Context(), cluster.Cleanup{Leftovers: left, Interval: 200 * time.Millisecond, Timeout: 2 * time.Minute}); err != nil {
+		t.Fatalf("VNI %d freed on every node and quarantined: %v", vni, err)
+	}
 }
 
 // deletePod deletes the pod and waits until it is gone from the API.
@@ -450,7 +454,7 @@ func TestMultiNodeDeleted(t *testing.T) {
 	if dropped < sliceGrace {
 		t.Errorf("%s's holds dropped %s after its deletion, within the grace %s", n2.Node.Name, dropped, sliceGrace)
 	}
-	checkBound(t, viewPod(t, span[n1.Node.Name]), 1)
+	cluster.CheckBound(t, env.ViewPod(t, span[n1.Node.Name]), 1)
 	t.Logf("%s deleted: VNI %d and open slices %v kept through %d checks within the grace %s, dropped %s after the deletion was asked; %s's pod still bound",
 		n2.Node.Name, vni, open, checks, sliceGrace, dropped.Round(time.Millisecond), n1.Node.Name)
 }
