@@ -77,10 +77,23 @@ func loopbackController(b *testing.B) *controllerclient.Client {
 // BenchmarkPreStart binds one pod per iteration on two NICs (find pod,
 // lease its VNI from a controller on loopback, create two services,
 // record, publish) and cleans it up again, and reports the latency
-// percentiles with and without the time spent in the simulated driver.
+// percentiles with and without the time spent in the simulated driver:
+// as it ships (cdi: the environment published in a CDI spec, waited for
+// until a cache refreshing as the runtime's holds it) and with
+// --deviceplugin-nri (nri: no spec; the environment is set at
+// CreateContainer).
 func BenchmarkPreStart(b *testing.B) {
+	b.Run("cdi", func(b *testing.B) { benchmarkPreStart(b, false) })
+	b.Run("nri", func(b *testing.B) { benchmarkPreStart(b, true) })
+}
+
+func benchmarkPreStart(b *testing.B, nri bool) {
 	r := newRig(b, b.TempDir(), nil, nil)
 	r.b.logger = testLoggerDiscard()
+	if nri {
+		r.b.files.cdi = nil
+		r.b.ready = func() error { return nil }
+	}
 	r.useLeaser(b, loopbackController(b))
 	drivers := map[string]*timedDriver{}
 	for name, d := range r.drvs {
