@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -153,6 +155,10 @@ type Client struct {
 	ip     sync.Mutex
 	holder SliceHolder
 	gen    uint64
+
+	// peer is the controller's release as its last answer that said one
+	// named it (version.ControllerHeader); nil until then.
+	peer atomic.Pointer[string]
 }
 
 var errNoNode = errors.New("options: node name required")
@@ -263,12 +269,42 @@ func (c *Client) Close() error {
 	return err
 }
 
+// ControllerVersion returns the controller's release as its last answer
+// that named one said (from 0.3.0 every answer does, in the header
+// version.ControllerHeader), or version.Unknown: before any answer, or
+// from a controller before 0.3.0. An in-process controller's is this
+// binary's. Safe for concurrent use.
+func (c *Client) ControllerVersion() string {
+	if v := c.peer.Load(); v != nil {
+		return *v
+	}
+	return version.Unknown
+}
+
+// learnVersion keeps the controller's release that md, an answer's
+// header, names.
+func (c *Client) learnVersion(md metadata.MD) {
+	for _, v := range md.Get(version.ControllerHeader) {
+		if v, ok := version.FromPeer(v); ok {
+			if old := c.peer.Load(); old == nil || *old != v {
+				c.peer.Store(&v)
+			}
+			return
+		}
+	}
+}
+
 // call runs one RPC with the per-attempt timeout and the retry policy.
-func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.Context) error) error {
+//
+// rpc passes opts on to the API: they read the answer's header, where the
+// controller names its release (see [Client.ControllerVersion]).
+func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.Context, opts ...grpc.CallOption) error) error {
 	err := c.opts.Retry.Do(ctx, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 		defer cancel()
-		err := rpc(actx)
+		var md metadata.MD
+		err := rpc(actx, grpc.Header(&md))
+		c.learnVersion(md)
 		if err == nil || (retryable(err) && ctx.Err() == nil) {
 			return err
 		}
@@ -312,10 +348,10 @@ func scopeOf(s apiv1.Scope) Scope {
 // ErrNoPodVNIPool.
 func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	var resp *apiv1.JobVNILease
-	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context) error {
+	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.api.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{
-			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node, Policy: pod.Policy})
+			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node, Policy: pod.Policy}, opts...)
 		return err
 	})
 	if err != nil {
@@ -348,8 +384,8 @@ func (c *Client) ReleaseJobVNI(ctx context.Context, l Lease) error {
 		c.ReturnPodVNI(l.VNI)
 		return nil
 	}
-	return c.call(ctx, "ReleaseJobVNI", func(ctx context.Context) error {
-		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: l.Key, Node: c.opts.Node})
+	return c.call(ctx, "ReleaseJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
+		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: l.Key, Node: c.opts.Node}, opts...)
 		return err
 	})
 }
@@ -442,9 +478,9 @@ func (c *Client) tick(ctx context.Context) {
 // out of the pool, and settles it by the answer.
 func (c *Client) giveBack(ctx context.Context, i int, gb *giveBack) {
 	attempts := 0
-	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
+	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context, opts ...grpc.CallOption) error {
 		attempts++
-		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)})
+		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)}, opts...)
 		return err
 	})
 	o := releaseOutcome(err, attempts)
@@ -484,9 +520,9 @@ func heldVNISlices(in []*apiv1.Slice) map[int]vnialloc.Range {
 
 func (c *Client) acquirePodSlices(ctx context.Context, count int) error {
 	var resp *apiv1.NodeSlices
-	err := c.call(ctx, "AcquireSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "AcquireSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Count: uint32(count)})
+		resp, err = c.api.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Count: uint32(count)}, opts...)
 		return err
 	})
 	if errors.Is(err, ErrInvalidArgument) {
@@ -535,9 +571,9 @@ func (c *Client) Heartbeat(ctx context.Context) error {
 		}
 	}
 	var resp *apiv1.RenewSlicesResponse
-	err := c.call(ctx, "RenewSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "RenewSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.RenewSlices(ctx, req)
+		resp, err = c.api.RenewSlices(ctx, req, opts...)
 		return err
 	})
 	if err != nil {

@@ -61,6 +61,22 @@ func (a *AgentVersions) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
+// VersionHeader tells every caller the controller's release, own, in
+// the response header [version.ControllerHeader]: an agent that refuses
+// an answer it does not understand names both releases (the wire API
+// stays as it is, and older agents ignore the header). It goes first in
+// the chain, so that answers that refuse the call carry it too.
+func VersionHeader(own string) grpc.UnaryServerInterceptor {
+	md := metadata.Pairs(version.ControllerHeader, own)
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		// SetHeader fails only where no header can be sent any more (the
+		// call is over): the agent then misses only the version, and the
+		// call is no business of this interceptor's.
+		_ = grpc.SetHeader(ctx, md)
+		return handler(ctx, req)
+	}
+}
+
 // agentVersion is the calling agent's version from its user agent, or
 // version.Unknown.
 func agentVersion(ctx context.Context) string {
