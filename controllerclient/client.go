@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -327,16 +328,43 @@ func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.C
 	return nil
 }
 
-func scopeOf(s apiv1.Scope) Scope {
+// scopeOf returns the scope s names, and false for one this agent does
+// not know: a newer controller's, or none (SCOPE_UNSPECIFIED, which no
+// controller answers for a lease).
+func scopeOf(s apiv1.Scope) (Scope, bool) {
 	switch s {
+	case apiv1.Scope_SCOPE_NONE:
+		return ScopeNone, true
 	case apiv1.Scope_SCOPE_JOB:
-		return ScopeJob
+		return ScopeJob, true
 	case apiv1.Scope_SCOPE_POD:
-		return ScopePod
+		return ScopePod, true
 	case apiv1.Scope_SCOPE_CLAIM:
-		return ScopeClaim
+		return ScopeClaim, true
 	}
-	return ScopeNone
+	return "", false
+}
+
+// leaseOf reads the controller's answer to AcquireJobVNI. It returns what
+// in it this agent does not know, "" when nothing: a scope it does not
+// know, or a VNI out of range (VNIs are 16 bits; the wire's field is 32),
+// which the old reading took for no scope or cut to 16 bits.
+func leaseOf(resp *apiv1.JobVNILease) (Lease, string) {
+	scope, ok := scopeOf(resp.GetScope())
+	switch {
+	case !ok && resp.GetScope() == apiv1.Scope_SCOPE_UNSPECIFIED:
+		return Lease{}, "a lease with no scope"
+	case !ok:
+		return Lease{}, fmt.Sprintf("a lease of scope %d", resp.GetScope())
+	case resp.GetVni() > math.MaxUint16:
+		return Lease{}, fmt.Sprintf("VNI %d (a VNI is 0 to %d)", resp.GetVni(), math.MaxUint16)
+	}
+	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scope, NetworkRequest: resp.GetNetworkRequest()}
+	if c := resp.GetCollectives(); c != nil {
+		l.Collectives = &Collectives{JobID: c.GetJobId(), JobStepID: c.GetJobStepId(), Token: c.GetMcastToken(),
+			FabricMgrURL: c.GetFabricMgrUrl(), AddrsPerJob: c.GetAddrsPerJob(), MinNodes: c.GetMinNodes()}
+	}
+	return l, ""
 }
 
 // AcquireJobVNI returns the VNI of the pod's job and records at the
@@ -344,8 +372,9 @@ func scopeOf(s apiv1.Scope) Scope {
 // slice comes from the local pool (Lease.Local). pod.Policy, when set,
 // chooses the scope instead of the pod's annotation. Errors match
 // ErrNotFound, ErrInvalidArgument (a malformed Policy too), ErrOwnerGone,
-// ErrExhausted, ErrUnavailable (after retries), ErrDenied or
-// ErrNoPodVNIPool.
+// ErrExhausted, ErrUnavailable (after retries), ErrDenied,
+// ErrNoPodVNIPool or ErrUnsupported: an answer this agent does not know,
+// refused and its lease released (see [UnsupportedError]).
 func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	var resp *apiv1.JobVNILease
 	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
@@ -357,10 +386,10 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope()), NetworkRequest: resp.GetNetworkRequest()}
-	if c := resp.GetCollectives(); c != nil {
-		l.Collectives = &Collectives{JobID: c.GetJobId(), JobStepID: c.GetJobStepId(), Token: c.GetMcastToken(),
-			FabricMgrURL: c.GetFabricMgrUrl(), AddrsPerJob: c.GetAddrsPerJob(), MinNodes: c.GetMinNodes()}
+	l, unknown := leaseOf(resp)
+	if unknown != "" {
+		return Lease{}, c.refuse(ctx, resp.GetKey(), &UnsupportedError{Method: "AcquireJobVNI", What: unknown,
+			Agent: version.Version, Controller: c.ControllerVersion()})
 	}
 	if resp.GetFromNodeSlice() {
 		v, err := c.PodVNI(ctx)
@@ -370,6 +399,31 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 		l.VNI, l.Local = v, true
 	}
 	return l, nil
+}
+
+// refuse returns uerr, the refusal of an answer to AcquireJobVNI that
+// named the lease key, after giving back the node's hold on it: the
+// controller recorded this node as a holder before it answered, and
+// nothing of this agent will ever hold or release the lease it did not
+// understand. Caller's ctx may be ending (a pod's start that timed out):
+// the release runs on its own, bounded by one call's timeout. Should it
+// fail, the node's next report of the VNIs it uses (Options.InUseVNIs)
+// lacks the lease's VNI, and the controller drops the hold after its
+// grace period (Config.HoldGrace); the error says so.
+func (c *Client) refuse(ctx context.Context, key string, uerr *UnsupportedError) error {
+	if key == "" {
+		return uerr // no lease, or none recorded for the node
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CallTimeout)
+	defer cancel()
+	err := c.call(rctx, "ReleaseJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
+		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: key, Node: c.opts.Node}, opts...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w; its lease %s is still held by this node at the controller, until the node's report of the VNIs it uses drops it: %w", uerr, key, err)
+	}
+	return uerr
 }
 
 // ReleaseJobVNI tells the controller that this node no longer holds the

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/slingshot-k8s/slingshot/internal/version"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,7 +36,41 @@ var (
 	// slice (it refused the request before acting), so the node still
 	// holds it.
 	ErrReleaseRefused = errors.New("slice release refused")
+	// ErrUnsupported: the controller answered with what this agent does
+	// not know, as a controller of another release may: refused, never
+	// misread. The error is an [*UnsupportedError], which names both
+	// releases.
+	ErrUnsupported = errors.New("not supported across these releases")
 )
+
+// UnsupportedError is a controller's answer that this agent does not
+// understand: a lease of a scope it does not know or a VNI out of range.
+// The agent and the controller are then of releases the version-skew
+// policy does not pair (docs/upgrade.md), or one of them broke the
+// policy's rule that the API changes only additively. It names both
+// releases and matches ErrUnsupported.
+type UnsupportedError struct {
+	// Method is the call whose answer was refused.
+	Method string
+	// What is what the agent does not know ("scope 7").
+	What string
+	// Agent is this agent's release; Controller the controller's, as its
+	// answers said it (version.Unknown when they did not: a controller
+	// before 0.3.0).
+	Agent, Controller string
+}
+
+func (e *UnsupportedError) Error() string {
+	skew := ""
+	if errors.Is(version.CheckSkew(e.Controller, e.Agent), version.ErrSkew) {
+		skew = ", outside the version-skew policy"
+	}
+	return fmt.Sprintf("%s: the controller answered %s, which this agent does not know (agent %s, controller %s%s; docs/upgrade.md): refused, not misread",
+		e.Method, e.What, e.Agent, e.Controller, skew)
+}
+
+// Is matches ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
 
 // Error is a controller error: its gRPC code, message and ErrorInfo
 // reason and metadata. It matches the sentinel of its code.

@@ -3,7 +3,10 @@ package compat
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -288,8 +291,10 @@ func restrict(v any, nmd, omd protoreflect.MessageDescriptor) any {
 // clientResult is the peer's answer to client.read.
 type clientResult struct {
 	Leases []struct {
-		Lease json.RawMessage `json:"lease"`
-		Err   string          `json:"err"`
+		Lease       json.RawMessage `json:"lease"`
+		Err         string          `json:"err"`
+		Unsupported bool            `json:"unsupported"`
+		Released    []string        `json:"released"`
 	} `json:"leases"`
 	Errors []clientError `json:"errors"`
 }
@@ -307,11 +312,49 @@ type ctlError struct {
 	Status []byte `json:"status"`
 }
 
+// Lease fields whose values an agent may not know: the scope (a later
+// release may add one) and the VNI (16 bits, in a 32-bit field).
+const (
+	leaseScope = leaseType + ".scope"
+	leaseVNI   = leaseType + ".vni"
+)
+
+// knownLeases and unknownLeases are the scopes and VNIs of the leases
+// the test hands between the releases: leases the agent knows (every
+// scope the baseline declares, VNIs up to 65535), and leases of what it
+// does not (no scope, scopes no release declares, VNIs beyond 16 bits).
+func knownLeases(rng *rand.Rand) map[string][]int64 {
+	vnis := []int64{0, 1, 1024, math.MaxUint16}
+	for range 16 {
+		vnis = append(vnis, rng.Int64N(math.MaxUint16+1))
+	}
+	return map[string][]int64{leaseScope: {1, 2, 3, 4}, leaseVNI: vnis}
+}
+
+func unknownLeases(rng *rand.Rand) []map[string][]int64 {
+	vnis := []int64{math.MaxUint16 + 1, math.MaxUint32}
+	for range 8 {
+		vnis = append(vnis, math.MaxUint16+1+rng.Int64N(math.MaxUint32-math.MaxUint16))
+	}
+	return []map[string][]int64{
+		{leaseScope: {0, 5, 6, 100, math.MaxInt32}, leaseVNI: knownLeases(rng)[leaseVNI]},
+		{leaseScope: {1, 2, 3, 4}, leaseVNI: vnis},
+	}
+}
+
 // An agent makes of a controller's answer what the agent of the
 // controller's own release makes of it, both ways: a lease (its VNI,
 // scope, key, network request, collectives), and every kind of error the
 // controller returns (its code, reason and details, and the errors the
 // agent acts on: unavailable, exhausted, owner gone, slice taken, ...).
+//
+// A lease of what the agent does not know (a scope no release declares,
+// a VNI beyond 16 bits: what a later release might send) HEAD's agent
+// refuses, naming its release and the controller's (unknown where the
+// controller's release sends none), and gives the lease back; it never
+// reads it as something else. The baseline's agent, 0.2.0, predates the
+// refusal and misreads them (an unknown scope as none, the VNI cut to 16
+// bits): its reading of them is not compared (docs/upgrade.md).
 func TestAgentReadsControllerAnswers(t *testing.T) {
 	w := setup(t)
 	leaseSchema := newSchema(w.oldInfo.LeaseSchema)
@@ -321,20 +364,32 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 			common[s] = true
 		}
 	}
+	infoOf := map[*peer]peerInfo{w.old: w.oldInfo, w.new: w.newInfo}
 	for _, pair := range []struct{ ctl, agent *peer }{{w.old, w.new}, {w.new, w.old}} {
 		t.Run(pair.ctl.name+" controller, "+pair.agent.name+" agent", func(t *testing.T) {
-			var leases []message
-			// A lease from the node's own slice sends the client to the
-			// node's pool, which is not the answer's meaning.
-			if err := pair.ctl.call("proto.gen", map[string]any{"seed": seed() + 2, "count": *messagesFlag,
-				"types": []string{leaseType}, "exclude": []string{fromNodeSlice}}, &leases); err != nil {
-				t.Fatal(err)
+			rng := rand.New(rand.NewPCG(seed(), 2))
+			gen := func(values map[string][]int64, n uint64) []message {
+				var msgs []message
+				// A lease from the node's own slice sends the client to the
+				// node's pool, which is not the answer's meaning.
+				if err := pair.ctl.call("proto.gen", map[string]any{"seed": seed() + n, "count": *messagesFlag,
+					"types": []string{leaseType}, "exclude": []string{fromNodeSlice}, "values": values}, &msgs); err != nil {
+					t.Fatal(err)
+				}
+				return msgs[1:] // the first is empty: a lease of no scope
+			}
+			leases := gen(knownLeases(rng), 2)
+			known := len(leases)
+			for i, values := range unknownLeases(rng) {
+				leases = append(leases, gen(values, 10+uint64(i))...)
 			}
 			var errs []ctlError
 			if err := pair.ctl.call("ctl.errors", map[string]any{"seed": seed() + 3, "count": 3}, &errs); err != nil {
 				t.Fatal(err)
 			}
-			args := map[string]any{"leases": dataOf(leases), "statuses": statusesOf(errs)}
+			ctlInfo := infoOf[pair.ctl]
+			args := map[string]any{"leases": dataOf(leases), "statuses": statusesOf(errs),
+				"controllerHeader": ctlInfo.ControllerHeader, "controllerVersion": ctlInfo.Version}
 			var got, want clientResult
 			if err := pair.agent.call("client.read", args, &got); err != nil {
 				t.Fatal(err)
@@ -345,22 +400,45 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 			if len(got.Leases) != len(leases) || len(want.Leases) != len(leases) || len(got.Errors) != len(errs) || len(want.Errors) != len(errs) {
 				t.Fatalf("answers: %d and %d leases of %d, %d and %d errors of %d", len(got.Leases), len(want.Leases), len(leases), len(got.Errors), len(want.Errors), len(errs))
 			}
-			read := 0
-			for i, l := range leases {
+			ctlVersion := "unknown"
+			if ctlInfo.ControllerHeader != "" {
+				ctlVersion = ctlInfo.Version
+			}
+			for i, l := range leases[:known] {
 				g, wa := got.Leases[i], want.Leases[i]
-				if wa.Err == "" {
-					read++
-				}
-				if (g.Err != "") != (wa.Err != "") {
+				if g.Err != "" || wa.Err != "" {
 					failf(t, "lease %s: the %s agent: %s (error %q); the %s agent: %s (error %q)", l.JSON, pair.agent.name, g.Lease, g.Err, pair.ctl.name, wa.Lease, wa.Err)
 					continue
 				}
 				if diff := cmp.Diff(leaseSchema.norm(decodeJSON(wa.Lease), ""), leaseSchema.norm(decodeJSON(g.Lease), "")); diff != "" {
 					failf(t, "lease %s: the %s agent read it otherwise than the %s agent (-%s +%s):\n%s", l.JSON, pair.agent.name, pair.ctl.name, pair.ctl.name, pair.agent.name, diff)
 				}
+				if len(g.Released)+len(wa.Released) > 0 {
+					failf(t, "lease %s: read, and released %q and %q", l.JSON, g.Released, wa.Released)
+				}
 			}
-			if read < len(leases)/2 {
-				failf(t, "the %s agent read only %d of %d leases of its own controller: this compares errors, not leases", pair.ctl.name, read, len(leases))
+			for i, l := range leases[known:] {
+				r := got.Leases[known+i]
+				if pair.agent == w.old {
+					r = want.Leases[known+i]
+				}
+				// HEAD's agent (the one that reads the answers) refuses.
+				agentVersion := w.newInfo.Version
+				switch {
+				case !r.Unsupported:
+					failf(t, "lease %s of the %s controller: HEAD's agent did not refuse it as an answer it does not know: %s (error %q)", l.JSON, pair.ctl.name, r.Lease, r.Err)
+				case !strings.Contains(r.Err, "agent "+agentVersion) || !strings.Contains(r.Err, "controller "+ctlVersion):
+					failf(t, "lease %s of the %s controller: HEAD's agent refused it without naming both releases (agent %s, controller %s): %q", l.JSON, pair.ctl.name, agentVersion, ctlVersion, r.Err)
+				}
+				var lease struct {
+					Key string `json:"key"`
+				}
+				if err := json.Unmarshal(l.JSON, &lease); err != nil {
+					t.Fatal(err)
+				}
+				if wantReleased := []string{lease.Key}; lease.Key != "" && !slices.Equal(r.Released, wantReleased) {
+					failf(t, "lease %s: HEAD's agent refused it and released %q, want %q: a refused lease must not stay held", l.JSON, r.Released, wantReleased)
+				}
 			}
 			for i, e := range errs {
 				g, wa := got.Errors[i], want.Errors[i]

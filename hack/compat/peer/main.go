@@ -129,6 +129,9 @@ type Info struct {
 	// Sentinels are the names of controllerclient's errors that
 	// client.read matches.
 	Sentinels []string `json:"sentinels"`
+	// ControllerHeader is the gRPC header in which the tree's controller
+	// names its release on every answer; "" for none.
+	ControllerHeader string `json:"controllerHeader,omitempty"`
 }
 
 type uaArgs struct {
@@ -155,6 +158,7 @@ func info() (Info, error) {
 		LeaseSchema:       leaseSchema(),
 		ProtoFile:         pf,
 		Sentinels:         sentinelNames(),
+		ControllerHeader:  controllerHeader,
 	}, nil
 }
 
