@@ -321,6 +321,12 @@ func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.C
 			}
 		}
 		if st, ok := status.FromError(last); ok && st.Code() != codes.Unknown {
+			if st.Code() == codes.Unimplemented {
+				// A method the controller lacks: what the version-skew
+				// policy adds anything but a field as.
+				return &UnsupportedError{Method: method, What: "the controller does not serve this call",
+					Agent: version.Version, Controller: c.ControllerVersion(), Err: fromStatus(last)}
+			}
 			return fmt.Errorf("%s: %w", method, fromStatus(last))
 		}
 		return fmt.Errorf("%s: %w", method, err)
@@ -357,7 +363,7 @@ func leaseOf(resp *apiv1.JobVNILease) (Lease, string) {
 	case !ok:
 		return Lease{}, fmt.Sprintf("a lease of scope %d", resp.GetScope())
 	case resp.GetVni() > math.MaxUint16:
-		return Lease{}, fmt.Sprintf("VNI %d (a VNI is 0 to %d)", resp.GetVni(), math.MaxUint16)
+		return Lease{}, fmt.Sprintf("a lease of VNI %d (a VNI is 0 to %d)", resp.GetVni(), math.MaxUint16)
 	}
 	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scope, NetworkRequest: resp.GetNetworkRequest()}
 	if c := resp.GetCollectives(); c != nil {
@@ -388,7 +394,8 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	}
 	l, unknown := leaseOf(resp)
 	if unknown != "" {
-		return Lease{}, c.refuse(ctx, resp.GetKey(), &UnsupportedError{Method: "AcquireJobVNI", What: unknown,
+		return Lease{}, c.refuse(ctx, resp.GetKey(), &UnsupportedError{Method: "AcquireJobVNI",
+			What:  "the controller answered " + unknown + ", which this agent does not know: refused, not misread",
 			Agent: version.Version, Controller: c.ControllerVersion()})
 	}
 	if resp.GetFromNodeSlice() {

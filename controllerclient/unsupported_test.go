@@ -195,3 +195,93 @@ func (c *cancelling) ReleaseJobVNI(ctx context.Context, in *apiv1.ReleaseJobVNIR
 	c.released = append(c.released, in.GetKey())
 	return &apiv1.JobVNILease{Key: in.GetKey()}, nil
 }
+
+// older is an earlier controller: it serves heartbeats, and no
+// ListSlices or AcquireSlices at all (gRPC answers them as methods it does
+// not know).
+type older struct {
+	apiv1.UnimplementedControllerServer
+}
+
+func (older) RenewSlices(context.Context, *apiv1.RenewSlicesRequest) (*apiv1.RenewSlicesResponse, error) {
+	return &apiv1.RenewSlicesResponse{}, nil
+}
+
+// serveOlder serves older over gRPC, its service without the methods
+// lacked, its release in its answers' header (none for ""), and with
+// handler (when set) answering what it does not serve.
+func serveOlder(t *testing.T, ctlVersion string, handler grpc.StreamHandler, lacked ...string) *Client {
+	t.Helper()
+	var opts []grpc.ServerOption
+	if ctlVersion != "" {
+		opts = append(opts, grpc.UnaryInterceptor(grpcapi.VersionHeader(ctlVersion)))
+	}
+	if handler != nil {
+		opts = append(opts, grpc.UnknownServiceHandler(handler))
+	}
+	g := grpc.NewServer(opts...)
+	desc := apiv1.Controller_ServiceDesc
+	desc.Methods = slices.DeleteFunc(slices.Clone(desc.Methods), func(m grpc.MethodDesc) bool { return slices.Contains(lacked, m.MethodName) })
+	g.RegisterService(&desc, older{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	c, err := Dial(lis.Addr().String(), Options{Node: "n1", Retry: backoff.Policy{Attempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A call the controller does not serve (a method a later release added,
+// asked of an earlier controller: how the version-skew policy adds what
+// is not a field) is refused with an error naming the call and both
+// releases, matching ErrUnsupported and keeping the controller's error.
+// It named neither release before.
+func TestCallTheControllerLacksNamesBothReleases(t *testing.T) {
+	tests := []struct {
+		name       string
+		ctlVersion string // in the answers' header; "": none
+		handler    grpc.StreamHandler
+		heartbeat  bool // a heartbeat first, which the controller serves
+		call       func(context.Context, *Client) error
+		want       []string
+	}{
+		{name: "the controller's release from an earlier answer", ctlVersion: "0.3.0", heartbeat: true,
+			call: func(ctx context.Context, c *Client) error { _, err := c.IPPools(ctx); return err },
+			want: []string{"ListSlices", "does not serve", "agent " + version.Version, "controller 0.3.0"}},
+		{name: "unknown before any answer said it", ctlVersion: "0.3.0",
+			call: func(ctx context.Context, c *Client) error { _, err := c.AcquireIPSlices(ctx, "hsn", 1); return err },
+			want: []string{"AcquireSlices", "does not serve", "agent " + version.Version, "controller " + version.Unknown}},
+		{name: "a controller before 0.3.0, which never says it", heartbeat: true,
+			call: func(ctx context.Context, c *Client) error { _, err := c.IPPools(ctx); return err },
+			want: []string{"ListSlices", "agent " + version.Version, "controller " + version.Unknown}},
+		{name: "a controller that refuses it naming both itself", ctlVersion: "0.3.0", handler: grpcapi.UnknownMethod("0.3.0"),
+			call: func(ctx context.Context, c *Client) error { _, err := c.IPPools(ctx); return err },
+			want: []string{"ListSlices", "agent " + version.Version, "controller 0.3.0", "(controller 0.3.0, agent " + version.Version + ")"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := serveOlder(t, tt.ctlVersion, tt.handler, "ListSlices", "AcquireSlices")
+			if tt.heartbeat {
+				if err := c.Heartbeat(t.Context()); err != nil {
+					t.Fatalf("heartbeat: %v", err)
+				}
+			}
+			err := tt.call(t.Context(), c)
+			var ce *Error
+			if !errors.Is(err, ErrUnsupported) || !errors.As(err, &ce) || ce.Code != codes.Unimplemented {
+				t.Fatalf("the call: %v; want ErrUnsupported over the controller's Unimplemented", err)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("the refusal %q does not say %q", err, s)
+				}
+			}
+		})
+	}
+}

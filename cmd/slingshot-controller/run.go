@@ -215,7 +215,10 @@ func (p *parts) buildGRPC(context.Context) error {
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...))
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...),
+		// A later agent's call of a method this release lacks is refused
+		// naming both releases.
+		grpc.UnknownServiceHandler(grpcapi.UnknownMethod(version.Version)))
 	p.gs = grpc.NewServer(gopts...)
 	grpcapi.NewServer(p.svc, p.cc.SliceTTL, grpcapi.WithRegisterer(p.reg)).Register(p.gs)
 

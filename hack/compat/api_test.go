@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -300,11 +302,13 @@ type clientResult struct {
 }
 
 type clientError struct {
-	Code       string            `json:"code"`
-	Reason     string            `json:"reason"`
-	Metadata   map[string]string `json:"metadata"`
-	Sentinels  []string          `json:"sentinels"`
-	SliceTaken map[string]any    `json:"sliceTaken"`
+	Err         string            `json:"err"`
+	Unsupported bool              `json:"unsupported"`
+	Code        string            `json:"code"`
+	Reason      string            `json:"reason"`
+	Metadata    map[string]string `json:"metadata"`
+	Sentinels   []string          `json:"sentinels"`
+	SliceTaken  map[string]any    `json:"sliceTaken"`
 }
 
 type ctlError struct {
@@ -355,6 +359,11 @@ func unknownLeases(rng *rand.Rand) []map[string][]int64 {
 // reads it as something else. The baseline's agent, 0.2.0, predates the
 // refusal and misreads them (an unknown scope as none, the VNI cut to 16
 // bits): its reading of them is not compared (docs/upgrade.md).
+//
+// So for a call the controller does not serve (a method a later release
+// adds, called by its agent): HEAD's controller refuses it naming the
+// method and both releases (0.2.0's answers as gRPC does), and HEAD's
+// agent reads either answer as a refusal naming both releases.
 func TestAgentReadsControllerAnswers(t *testing.T) {
 	w := setup(t)
 	leaseSchema := newSchema(w.oldInfo.LeaseSchema)
@@ -384,7 +393,8 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 				leases = append(leases, gen(values, 10+uint64(i))...)
 			}
 			var errs []ctlError
-			if err := pair.ctl.call("ctl.errors", map[string]any{"seed": seed() + 3, "count": 3}, &errs); err != nil {
+			if err := pair.ctl.call("ctl.errors", map[string]any{"seed": seed() + 3, "count": 3,
+				"agentUserAgent": infoOf[pair.agent].UserAgent}, &errs); err != nil {
 				t.Fatal(err)
 			}
 			ctlInfo := infoOf[pair.ctl]
@@ -440,18 +450,61 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 					failf(t, "lease %s: HEAD's agent refused it and released %q, want %q: a refused lease must not stay held", l.JSON, r.Released, wantReleased)
 				}
 			}
+			unimplemented := 0
 			for i, e := range errs {
 				g, wa := got.Errors[i], want.Errors[i]
+				if e.Kind == "unimplemented" {
+					unimplemented++
+					checkUnimplemented(t, e, pair.ctl == w.new, infoOf[pair.agent].Version, ctlInfo.Version)
+					// HEAD's agent refuses it naming both releases.
+					head := g
+					if pair.agent == w.old {
+						head = wa
+					}
+					if !head.Unsupported || !strings.Contains(head.Err, "agent "+w.newInfo.Version) || !strings.Contains(head.Err, "controller "+ctlVersion) {
+						failf(t, "the %s controller does not serve a call: HEAD's agent made of it %q (refusal %v), want a refusal naming agent %s and controller %s",
+							pair.ctl.name, head.Err, head.Unsupported, w.newInfo.Version, ctlVersion)
+					}
+				}
+				// The message and the refusal are compared above; the
+				// rest the same for both.
+				g.Err, wa.Err, g.Unsupported, wa.Unsupported = "", "", false, false
 				g.Sentinels = slices.DeleteFunc(g.Sentinels, func(s string) bool { return !common[s] })
 				wa.Sentinels = slices.DeleteFunc(wa.Sentinels, func(s string) bool { return !common[s] })
 				if diff := cmp.Diff(wa, g); diff != "" {
 					failf(t, "a %s error: the %s agent read it otherwise than the %s agent (-%s +%s):\n%s", e.Kind, pair.agent.name, pair.ctl.name, pair.ctl.name, pair.agent.name, diff)
 				}
-				if len(wa.Sentinels) == 0 && e.Kind != "internal" && e.Kind != "canceled" {
+				if len(wa.Sentinels) == 0 && e.Kind != "internal" && e.Kind != "canceled" && e.Kind != "unimplemented" {
 					failf(t, "a %s error matches none of the agent's errors: %+v", e.Kind, wa)
 				}
 			}
+			if unimplemented != 1 {
+				failf(t, "the %s controller made %d answers to a method it does not serve, want 1", pair.ctl.name, unimplemented)
+			}
 		})
+	}
+}
+
+// checkUnimplemented checks the controller's own answer to a method it
+// does not serve: HEAD's (and every release's from 0.3.0) names the
+// method and both releases, the agent's from its user agent; 0.2.0's is
+// gRPC's, which names neither.
+func checkUnimplemented(t *testing.T, e ctlError, head bool, agentVersion, ctlVersion string) {
+	t.Helper()
+	st := &spb.Status{}
+	if err := proto.Unmarshal(e.Status, st); err != nil {
+		t.Fatalf("decode the controller's status: %v", err)
+	}
+	if codes.Code(st.GetCode()) != codes.Unimplemented {
+		failf(t, "a method the controller does not serve: code %v, want Unimplemented", codes.Code(st.GetCode()))
+	}
+	if !head {
+		return
+	}
+	for _, s := range []string{"CompatLaterMethod", "controller " + ctlVersion, "agent " + agentVersion} {
+		if !strings.Contains(st.GetMessage(), s) {
+			failf(t, "HEAD's controller refused a method it does not serve with %q, which does not say %q", st.GetMessage(), s)
+		}
 	}
 }
 

@@ -8,6 +8,9 @@ package main
 import (
 	"errors"
 
+	"google.golang.org/grpc"
+
+	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 )
@@ -19,3 +22,12 @@ const controllerHeader = version.ControllerHeader
 // unsupported reports whether err is the client's refusal of an answer it
 // does not know (from 0.3.0).
 func unsupported(err error) bool { return errors.Is(err, controllerclient.ErrUnsupported) }
+
+// serverOptions are those of the controller's gRPC server
+// (cmd/slingshot-controller) that concern releases: its version on every
+// answer, and its refusal of a method it does not serve naming both
+// releases.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.UnaryInterceptor(grpcapi.VersionHeader(version.Version)),
+		grpc.UnknownServiceHandler(grpcapi.UnknownMethod(version.Version))}
+}

@@ -92,7 +92,7 @@ func handle(ctx context.Context, req request) (any, error) {
 			return uaResult{Version: v, OK: ok}, nil
 		})
 	case "ctl.errors":
-		return withArgs(req.Args, ctlErrors)
+		return withArgs(req.Args, func(a ctlErrorsArgs) (any, error) { return ctlErrors(ctx, a) })
 	case "client.read":
 		return withArgs(req.Args, func(a clientArgs) (any, error) { return clientRead(ctx, a) })
 	}

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -316,6 +319,9 @@ func hasUnknown(m protoreflect.Message) bool {
 type ctlErrorsArgs struct {
 	Seed  uint64 `json:"seed"`
 	Count int    `json:"count"`
+	// AgentUserAgent is the calling agent's, which the controller may
+	// name in its errors.
+	AgentUserAgent string `json:"agentUserAgent"`
 }
 
 // CtlError is an error of the controller's API as it travels: the
@@ -327,8 +333,9 @@ type CtlError struct {
 
 // ctlErrors makes Count errors of every kind the controller's API
 // returns, with random details, as the controller's gRPC server sends
-// them (grpcapi.Status).
-func ctlErrors(a ctlErrorsArgs) (any, error) {
+// them (grpcapi.Status), and one answer to a method it does not serve, as
+// a later agent may call.
+func ctlErrors(ctx context.Context, a ctlErrorsArgs) (any, error) {
 	rng := rand.New(rand.NewPCG(a.Seed, a.Seed^0xd1b54a32d192ed03))
 	word := func() string { return randString(rng) + "x" }
 	kinds := []struct {
@@ -369,7 +376,56 @@ func ctlErrors(a ctlErrorsArgs) (any, error) {
 			out = append(out, CtlError{Kind: k.kind, Status: b})
 		}
 	}
-	return out, nil
+	st, err := unknownMethod(ctx, a.AgentUserAgent)
+	if err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(st.Proto())
+	if err != nil {
+		return nil, fmt.Errorf("encode status: %w", err)
+	}
+	return append(out, CtlError{Kind: "unimplemented", Status: b}), nil
+}
+
+// laterMethod is a method of the controller's service that no release
+// serves: what an agent of a later release may call.
+const laterMethod = "/slingshot.controller.v1.Controller/CompatLaterMethod"
+
+// unknownMethod is this tree's controller's answer to laterMethod, from a
+// gRPC server as the controller runs it (serverOptions), called on
+// loopback by a client of user agent ua.
+func unknownMethod(ctx context.Context, ua string) (*status.Status, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	g := grpc.NewServer(serverOptions()...)
+	// The service is registered, its methods never called: only the
+	// method is unknown.
+	grpcapi.NewServer(nil, time.Minute).Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	defer func() {
+		g.Stop()
+		<-served
+	}()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if ua != "" {
+		opts = append(opts, grpc.WithUserAgent(ua))
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = conn.Invoke(ctx, laterMethod, &apiv1.ListVNIsRequest{}, &apiv1.ListVNIsResponse{})
+	st := status.Convert(err)
+	if st.Code() != codes.Unimplemented {
+		return nil, fmt.Errorf("call %s: %v, want Unimplemented", laterMethod, err)
+	}
+	return st, nil
 }
 
 // sentinels are controllerclient's errors that an agent acts on, by name.
@@ -426,11 +482,15 @@ type ClientLease struct {
 
 // ClientError is how the agent's controller client classifies an error.
 type ClientError struct {
-	Code       string            `json:"code"`
-	Reason     string            `json:"reason,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	Sentinels  []string          `json:"sentinels"`
-	SliceTaken *SliceTaken       `json:"sliceTaken,omitempty"`
+	// Err is the client's error; Unsupported whether it is its refusal of
+	// what the releases do not share (see unsupported).
+	Err         string            `json:"err"`
+	Unsupported bool              `json:"unsupported,omitempty"`
+	Code        string            `json:"code"`
+	Reason      string            `json:"reason,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Sentinels   []string          `json:"sentinels"`
+	SliceTaken  *SliceTaken       `json:"sliceTaken,omitempty"`
 }
 
 // SliceTaken is a controllerclient.SliceTakenError's content.
@@ -530,7 +590,7 @@ func clientRead(ctx context.Context, a clientArgs) (any, error) {
 		if err == nil {
 			return nil, fmt.Errorf("status %v: the client saw no error", st)
 		}
-		ce := ClientError{Code: status.Code(err).String(), Sentinels: []string{}}
+		ce := ClientError{Err: err.Error(), Unsupported: unsupported(err), Code: status.Code(err).String(), Sentinels: []string{}}
 		var e *controllerclient.Error
 		if errors.As(err, &e) {
 			ce.Code, ce.Reason, ce.Metadata = e.Code.String(), e.Reason, e.Metadata
