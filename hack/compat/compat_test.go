@@ -343,6 +343,8 @@ type peerInfo struct {
 	ProtoFile         []byte       `json:"protoFile"`
 	Sentinels         []string     `json:"sentinels"`
 	ControllerHeader  string       `json:"controllerHeader"`
+	StoreSchema       []schemaPath `json:"storeSchema"`
+	SQLiteSchema      int          `json:"sqliteSchema"`
 }
 
 // The versions the peers say are the trees': the baseline's release and

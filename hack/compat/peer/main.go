@@ -1,7 +1,7 @@
 // Command peer is one side of the compatibility test in hack/compat: it
 // encodes and decodes what two releases exchange (the agent's checkpoint
-// files and the controller API's messages and errors) with the packages
-// of the tree it is built in. The test builds it twice, against HEAD (this
+// files, the controller API's messages and errors, and the controller's
+// sqlite database) with the packages of the tree it is built in. The test builds it twice, against HEAD (this
 // module, whose go.mod replaces the project with ../..) and inside a git
 // worktree of the baseline release, and hands what one peer wrote to the
 // other.
@@ -24,6 +24,7 @@ import (
 	"os"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
@@ -95,6 +96,14 @@ func handle(ctx context.Context, req request) (any, error) {
 		return withArgs(req.Args, func(a ctlErrorsArgs) (any, error) { return ctlErrors(ctx, a) })
 	case "client.read":
 		return withArgs(req.Args, func(a clientArgs) (any, error) { return clientRead(ctx, a) })
+	case "store.write":
+		return withArgs(req.Args, func(a storeWriteArgs) (any, error) { return storeWrite(ctx, a) })
+	case "store.read":
+		return withArgs(req.Args, func(a storeReadArgs) (any, error) { return storeRead(ctx, a) })
+	case "store.setschema":
+		return withArgs(req.Args, func(a storeSetSchemaArgs) (any, error) { return storeSetSchema(ctx, a) })
+	case "ctl.run":
+		return withArgs(req.Args, func(a ctlRunArgs) (any, error) { return ctlRun(ctx, a) })
 	}
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }
@@ -132,6 +141,11 @@ type Info struct {
 	// ControllerHeader is the gRPC header in which the tree's controller
 	// names its release on every answer; "" for none.
 	ControllerHeader string `json:"controllerHeader,omitempty"`
+	// StoreSchema is the controller store's State as JSON (see schemaOf);
+	// SQLiteSchema the schema version of the sqlite database the tree
+	// writes, the newest it opens.
+	StoreSchema  []SchemaPath `json:"storeSchema"`
+	SQLiteSchema int          `json:"sqliteSchema"`
 }
 
 type uaArgs struct {
@@ -159,6 +173,8 @@ func info() (Info, error) {
 		ProtoFile:         pf,
 		Sentinels:         sentinelNames(),
 		ControllerHeader:  controllerHeader,
+		StoreSchema:       storeSchema(),
+		SQLiteSchema:      sqlite.SchemaVersion,
 	}, nil
 }
 
