@@ -173,8 +173,10 @@ structure:
 ## own Go module (hack/compat): a git worktree of the baseline commit from this
 ## repository's history, one peer program built there and here, and random
 ## checkpoint states (formats 1 to 3, snapshot and journal), controller API
-## messages, the agent's reading of the controller's answers and errors, and
-## user agents handed both ways; the CRDs compared. About a minute after
+## messages, the agent's reading of the controller's answers and errors, the
+## controller's sqlite databases (store states, and each release's controller
+## run over the other's), and user agents handed both ways; the CRDs
+## compared. About a minute after
 ## `make build` (whose build cache it shares). Needs git and the full history:
 ## it fails, never skips, without them. COMPAT_FLAGS passes test flags, e.g.
 ## COMPAT_FLAGS='-compat.seed=N' to repeat a failed run.

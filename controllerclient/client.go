@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -153,6 +156,10 @@ type Client struct {
 	ip     sync.Mutex
 	holder SliceHolder
 	gen    uint64
+
+	// peer is the controller's release as its last answer that said one
+	// named it (version.ControllerHeader); nil until then.
+	peer atomic.Pointer[string]
 }
 
 var errNoNode = errors.New("options: node name required")
@@ -263,12 +270,42 @@ func (c *Client) Close() error {
 	return err
 }
 
+// ControllerVersion returns the controller's release as its last answer
+// that named one said (from 0.3.0 every answer does, in the header
+// version.ControllerHeader), or version.Unknown: before any answer, or
+// from a controller before 0.3.0. An in-process controller's is this
+// binary's. Safe for concurrent use.
+func (c *Client) ControllerVersion() string {
+	if v := c.peer.Load(); v != nil {
+		return *v
+	}
+	return version.Unknown
+}
+
+// learnVersion keeps the controller's release that md, an answer's
+// header, names.
+func (c *Client) learnVersion(md metadata.MD) {
+	for _, v := range md.Get(version.ControllerHeader) {
+		if v, ok := version.FromPeer(v); ok {
+			if old := c.peer.Load(); old == nil || *old != v {
+				c.peer.Store(&v)
+			}
+			return
+		}
+	}
+}
+
 // call runs one RPC with the per-attempt timeout and the retry policy.
-func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.Context) error) error {
+//
+// rpc passes opts on to the API: they read the answer's header, where the
+// controller names its release (see [Client.ControllerVersion]).
+func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.Context, opts ...grpc.CallOption) error) error {
 	err := c.opts.Retry.Do(ctx, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 		defer cancel()
-		err := rpc(actx)
+		var md metadata.MD
+		err := rpc(actx, grpc.Header(&md))
+		c.learnVersion(md)
 		if err == nil || (retryable(err) && ctx.Err() == nil) {
 			return err
 		}
@@ -284,6 +321,12 @@ func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.C
 			}
 		}
 		if st, ok := status.FromError(last); ok && st.Code() != codes.Unknown {
+			if st.Code() == codes.Unimplemented {
+				// A method the controller lacks: what the version-skew
+				// policy adds anything but a field as.
+				return &UnsupportedError{Method: method, What: "the controller does not serve this call",
+					Agent: version.Version, Controller: c.ControllerVersion(), Err: fromStatus(last)}
+			}
 			return fmt.Errorf("%s: %w", method, fromStatus(last))
 		}
 		return fmt.Errorf("%s: %w", method, err)
@@ -291,16 +334,43 @@ func (c *Client) call(ctx context.Context, method string, rpc func(ctx context.C
 	return nil
 }
 
-func scopeOf(s apiv1.Scope) Scope {
+// scopeOf returns the scope s names, and false for one this agent does
+// not know: a newer controller's, or none (SCOPE_UNSPECIFIED, which no
+// controller answers for a lease).
+func scopeOf(s apiv1.Scope) (Scope, bool) {
 	switch s {
+	case apiv1.Scope_SCOPE_NONE:
+		return ScopeNone, true
 	case apiv1.Scope_SCOPE_JOB:
-		return ScopeJob
+		return ScopeJob, true
 	case apiv1.Scope_SCOPE_POD:
-		return ScopePod
+		return ScopePod, true
 	case apiv1.Scope_SCOPE_CLAIM:
-		return ScopeClaim
+		return ScopeClaim, true
 	}
-	return ScopeNone
+	return "", false
+}
+
+// leaseOf reads the controller's answer to AcquireJobVNI. It returns what
+// in it this agent does not know, "" when nothing: a scope it does not
+// know, or a VNI out of range (VNIs are 16 bits; the wire's field is 32),
+// which the old reading took for no scope or cut to 16 bits.
+func leaseOf(resp *apiv1.JobVNILease) (Lease, string) {
+	scope, ok := scopeOf(resp.GetScope())
+	switch {
+	case !ok && resp.GetScope() == apiv1.Scope_SCOPE_UNSPECIFIED:
+		return Lease{}, "a lease with no scope"
+	case !ok:
+		return Lease{}, fmt.Sprintf("a lease of scope %d", resp.GetScope())
+	case resp.GetVni() > math.MaxUint16:
+		return Lease{}, fmt.Sprintf("a lease of VNI %d (a VNI is 0 to %d)", resp.GetVni(), math.MaxUint16)
+	}
+	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scope, NetworkRequest: resp.GetNetworkRequest()}
+	if c := resp.GetCollectives(); c != nil {
+		l.Collectives = &Collectives{JobID: c.GetJobId(), JobStepID: c.GetJobStepId(), Token: c.GetMcastToken(),
+			FabricMgrURL: c.GetFabricMgrUrl(), AddrsPerJob: c.GetAddrsPerJob(), MinNodes: c.GetMinNodes()}
+	}
+	return l, ""
 }
 
 // AcquireJobVNI returns the VNI of the pod's job and records at the
@@ -308,23 +378,25 @@ func scopeOf(s apiv1.Scope) Scope {
 // slice comes from the local pool (Lease.Local). pod.Policy, when set,
 // chooses the scope instead of the pod's annotation. Errors match
 // ErrNotFound, ErrInvalidArgument (a malformed Policy too), ErrOwnerGone,
-// ErrExhausted, ErrUnavailable (after retries), ErrDenied or
-// ErrNoPodVNIPool.
+// ErrExhausted, ErrUnavailable (after retries), ErrDenied,
+// ErrNoPodVNIPool or ErrUnsupported: an answer this agent does not know,
+// refused and its lease released (see [UnsupportedError]).
 func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 	var resp *apiv1.JobVNILease
-	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context) error {
+	err := c.call(ctx, "AcquireJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = c.api.AcquireJobVNI(ctx, &apiv1.AcquireJobVNIRequest{
-			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node, Policy: pod.Policy})
+			Pod: &apiv1.PodRef{Namespace: pod.Namespace, Name: pod.Name, Uid: pod.UID}, Node: c.opts.Node, Policy: pod.Policy}, opts...)
 		return err
 	})
 	if err != nil {
 		return Lease{}, err
 	}
-	l := Lease{Key: resp.GetKey(), VNI: uint16(resp.GetVni()), Scope: scopeOf(resp.GetScope()), NetworkRequest: resp.GetNetworkRequest()}
-	if c := resp.GetCollectives(); c != nil {
-		l.Collectives = &Collectives{JobID: c.GetJobId(), JobStepID: c.GetJobStepId(), Token: c.GetMcastToken(),
-			FabricMgrURL: c.GetFabricMgrUrl(), AddrsPerJob: c.GetAddrsPerJob(), MinNodes: c.GetMinNodes()}
+	l, unknown := leaseOf(resp)
+	if unknown != "" {
+		return Lease{}, c.refuse(ctx, resp.GetKey(), &UnsupportedError{Method: "AcquireJobVNI",
+			What:  "the controller answered " + unknown + ", which this agent does not know: refused, not misread",
+			Agent: version.Version, Controller: c.ControllerVersion()})
 	}
 	if resp.GetFromNodeSlice() {
 		v, err := c.PodVNI(ctx)
@@ -334,6 +406,31 @@ func (c *Client) AcquireJobVNI(ctx context.Context, pod PodRef) (Lease, error) {
 		l.VNI, l.Local = v, true
 	}
 	return l, nil
+}
+
+// refuse returns uerr, the refusal of an answer to AcquireJobVNI that
+// named the lease key, after giving back the node's hold on it: the
+// controller recorded this node as a holder before it answered, and
+// nothing of this agent will ever hold or release the lease it did not
+// understand. Caller's ctx may be ending (a pod's start that timed out):
+// the release runs on its own, bounded by one call's timeout. Should it
+// fail, the node's next report of the VNIs it uses (Options.InUseVNIs)
+// lacks the lease's VNI, and the controller drops the hold after its
+// grace period (Config.HoldGrace); the error says so.
+func (c *Client) refuse(ctx context.Context, key string, uerr *UnsupportedError) error {
+	if key == "" {
+		return uerr // no lease, or none recorded for the node
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.CallTimeout)
+	defer cancel()
+	err := c.call(rctx, "ReleaseJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
+		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: key, Node: c.opts.Node}, opts...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w; its lease %s is still held by this node at the controller, until the node's report of the VNIs it uses drops it: %w", uerr, key, err)
+	}
+	return uerr
 }
 
 // ReleaseJobVNI tells the controller that this node no longer holds the
@@ -348,8 +445,8 @@ func (c *Client) ReleaseJobVNI(ctx context.Context, l Lease) error {
 		c.ReturnPodVNI(l.VNI)
 		return nil
 	}
-	return c.call(ctx, "ReleaseJobVNI", func(ctx context.Context) error {
-		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: l.Key, Node: c.opts.Node})
+	return c.call(ctx, "ReleaseJobVNI", func(ctx context.Context, opts ...grpc.CallOption) error {
+		_, err := c.api.ReleaseJobVNI(ctx, &apiv1.ReleaseJobVNIRequest{Key: l.Key, Node: c.opts.Node}, opts...)
 		return err
 	})
 }
@@ -442,9 +539,9 @@ func (c *Client) tick(ctx context.Context) {
 // out of the pool, and settles it by the answer.
 func (c *Client) giveBack(ctx context.Context, i int, gb *giveBack) {
 	attempts := 0
-	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
+	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context, opts ...grpc.CallOption) error {
 		attempts++
-		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)})
+		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Index: uint32(i)}, opts...)
 		return err
 	})
 	o := releaseOutcome(err, attempts)
@@ -484,9 +581,9 @@ func heldVNISlices(in []*apiv1.Slice) map[int]vnialloc.Range {
 
 func (c *Client) acquirePodSlices(ctx context.Context, count int) error {
 	var resp *apiv1.NodeSlices
-	err := c.call(ctx, "AcquireSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "AcquireSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Count: uint32(count)})
+		resp, err = c.api.AcquireSlices(ctx, &apiv1.AcquireSlicesRequest{Node: c.opts.Node, Pool: slices.PodVNIPool, Count: uint32(count)}, opts...)
 		return err
 	})
 	if errors.Is(err, ErrInvalidArgument) {
@@ -535,9 +632,9 @@ func (c *Client) Heartbeat(ctx context.Context) error {
 		}
 	}
 	var resp *apiv1.RenewSlicesResponse
-	err := c.call(ctx, "RenewSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "RenewSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.RenewSlices(ctx, req)
+		resp, err = c.api.RenewSlices(ctx, req, opts...)
 		return err
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/slingshot-k8s/slingshot/internal/version"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,7 +36,52 @@ var (
 	// slice (it refused the request before acting), so the node still
 	// holds it.
 	ErrReleaseRefused = errors.New("slice release refused")
+	// ErrUnsupported: the controller answered with what this agent does
+	// not know, or does not serve the call, as a controller of another
+	// release may: refused, never misread. The error is an
+	// [*UnsupportedError], which names both releases.
+	ErrUnsupported = errors.New("not supported across these releases")
 )
+
+// UnsupportedError is a call that this agent and the controller do not
+// share: an answer the agent does not understand (a lease of a scope it
+// does not know, a VNI out of range), or a method the controller does not
+// serve (its gRPC code Unimplemented). The two are then of releases the
+// version-skew policy does not pair (docs/upgrade.md), or one of them
+// broke the policy's rule that the API changes only additively. It names
+// both releases and matches ErrUnsupported.
+type UnsupportedError struct {
+	// Method is the call.
+	Method string
+	// What says what one side does not know, as a clause: "the controller
+	// answered a lease of scope 7, which this agent does not know".
+	What string
+	// Agent is this agent's release; Controller the controller's, as its
+	// answers said it (version.Unknown when they did not: a controller
+	// before 0.3.0).
+	Agent, Controller string
+	// Err is the controller's own error (a method it does not serve), or
+	// nil.
+	Err error
+}
+
+func (e *UnsupportedError) Error() string {
+	skew := ""
+	if errors.Is(version.CheckSkew(e.Controller, e.Agent), version.ErrSkew) {
+		skew = ", outside the version-skew policy"
+	}
+	msg := fmt.Sprintf("%s: %s (agent %s, controller %s%s; docs/upgrade.md)", e.Method, e.What, e.Agent, e.Controller, skew)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches ErrUnsupported.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// Unwrap returns the controller's error, if any.
+func (e *UnsupportedError) Unwrap() error { return e.Err }
 
 // Error is a controller error: its gRPC code, message and ErrorInfo
 // reason and metadata. It matches the sentinel of its code.

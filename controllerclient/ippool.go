@@ -8,6 +8,7 @@ import (
 
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/slices"
+	"google.golang.org/grpc"
 )
 
 // IPPool is one of the controller's IP pools: Prefix cut into /SliceBits
@@ -154,9 +155,9 @@ func ipSlice(s *apiv1.Slice) (IPSlice, bool) {
 // parse.
 func (c *Client) IPPools(ctx context.Context) ([]IPPool, error) {
 	var resp *apiv1.ListSlicesResponse
-	err := c.call(ctx, "ListSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "ListSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.ListSlices(ctx, &apiv1.ListSlicesRequest{Node: c.opts.Node})
+		resp, err = c.api.ListSlices(ctx, &apiv1.ListSlicesRequest{Node: c.opts.Node}, opts...)
 		return err
 	})
 	if err != nil {
@@ -213,9 +214,9 @@ func (c *Client) AcquireIPSliceAt(ctx context.Context, pool string, index int) (
 
 func (c *Client) acquireIP(ctx context.Context, req *apiv1.AcquireSlicesRequest) ([]IPSlice, error) {
 	var resp *apiv1.NodeSlices
-	err := c.call(ctx, "AcquireSlices", func(ctx context.Context) error {
+	err := c.call(ctx, "AcquireSlices", func(ctx context.Context, opts ...grpc.CallOption) error {
 		var err error
-		resp, err = c.api.AcquireSlices(ctx, req)
+		resp, err = c.api.AcquireSlices(ctx, req, opts...)
 		return err
 	})
 	c.ended()
@@ -243,9 +244,9 @@ func (c *Client) ReleaseIPSlice(ctx context.Context, pool string, index int) err
 		return fmt.Errorf("release slice %d of ip pool %s: %w: %w: index outside 0-%d", index, pool, ErrReleaseRefused, ErrInvalidArgument, 1<<20)
 	}
 	attempts := 0
-	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context) error {
+	err := c.call(ctx, "ReleaseSlice", func(ctx context.Context, opts ...grpc.CallOption) error {
 		attempts++
-		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: pool, Index: uint32(index)})
+		_, err := c.api.ReleaseSlice(ctx, &apiv1.ReleaseSliceRequest{Node: c.opts.Node, Pool: pool, Index: uint32(index)}, opts...)
 		return err
 	})
 	c.ended()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/slingshot-k8s/slingshot/controller"
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/controller/controllertest"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
@@ -77,5 +78,85 @@ func TestDialSendsTheAgentsVersion(t *testing.T) {
 	defer log.mu.Unlock()
 	if got := log.nodes["n1"]; got != version.Version {
 		t.Errorf("the controller logged node n1's agent as %q, want %q (logged: %v)", got, version.Version, log.nodes)
+	}
+}
+
+// serveController serves a controller over gRPC on loopback until the
+// test ends, with the interceptors given, and returns its address.
+func serveController(t *testing.T, interceptors ...grpc.UnaryServerInterceptor) string {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := controllertest.Start(t, st, nil, controller.Config{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptors...))
+	grpcapi.NewServer(svc, time.Minute).Register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// The agent's client learns the controller's release from the header of
+// its answers, refusals too; a controller that sends none (one before
+// 0.3.0) is "unknown", and an in-process controller is this binary.
+func TestClientLearnsTheControllersVersion(t *testing.T) {
+	tests := []struct {
+		name string
+		// api is the controller the client calls; nil: a Dial of addr.
+		api  func(t *testing.T) apiv1.ControllerClient
+		addr func(t *testing.T) string
+		// policy of the acquire: "claim:x" is refused (no Kubernetes API).
+		policy string
+		want   string
+	}{
+		{name: "answer names it", want: "9.8.7",
+			addr: func(t *testing.T) string { return serveController(t, grpcapi.VersionHeader("9.8.7")) }},
+		{name: "refusal names it", policy: "claim:x", want: "9.8.7",
+			addr: func(t *testing.T) string { return serveController(t, grpcapi.VersionHeader("9.8.7")) }},
+		{name: "a controller before 0.3.0 sends none", want: version.Unknown,
+			addr: func(t *testing.T) string { return serveController(t) }},
+		{name: "junk is not a version", want: version.Unknown,
+			addr: func(t *testing.T) string { return serveController(t, grpcapi.VersionHeader("0.4.0 evil")) }},
+		{name: "in-process controller is this binary", want: version.Version,
+			api: func(t *testing.T) apiv1.ControllerClient {
+				ec := runController(t, controller.Config{})
+				select {
+				case <-ec.Loaded():
+				case <-time.After(controllertest.LoadTimeout):
+					t.Fatalf("state did not load within %v", controllertest.LoadTimeout)
+				}
+				return ec.API()
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := Options{Node: "n1", Retry: backoff.Policy{Attempts: 3, Wait: noWait}}
+			var c *Client
+			var err error
+			if tt.api != nil {
+				c, err = New(tt.api(t), opts)
+			} else {
+				c, err = Dial(tt.addr(t), opts)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			if got := c.ControllerVersion(); got != version.Unknown {
+				t.Errorf("before any call: %q, want %q", got, version.Unknown)
+			}
+			_, err = c.AcquireJobVNI(t.Context(), PodRef{Namespace: "a", Name: "p", UID: "u-p", Policy: tt.policy})
+			if (err != nil) != (tt.policy != "") {
+				t.Fatalf("acquire with policy %q: %v", tt.policy, err)
+			}
+			if got := c.ControllerVersion(); got != tt.want {
+				t.Errorf("ControllerVersion() = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

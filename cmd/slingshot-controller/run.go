@@ -182,7 +182,8 @@ func (p *parts) buildGRPC(context.Context) error {
 	lim := grpcapi.NewLimiter(grpcapi.Limits{MaxConnections: c.GRPCMaxConnections, MaxConnectionsPerHost: c.GRPCMaxConnectionsPerHost,
 		MaxStreams: grpcapi.DefaultLimits.MaxStreams, CallsPerSecond: c.GRPCCallsPerSecond, CallBurst: int(2 * c.GRPCCallsPerSecond)}, p.reg)
 	gopts := lim.ServerOptions()
-	interceptors := []grpc.UnaryServerInterceptor{grpcapi.MetricsInterceptor(p.reg), lim.UnaryInterceptor()}
+	// The controller's version goes on every answer, refusals too.
+	interceptors := []grpc.UnaryServerInterceptor{grpcapi.VersionHeader(version.Version), grpcapi.MetricsInterceptor(p.reg), lim.UnaryInterceptor()}
 	var authn auth.Authenticator
 	switch c.Auth {
 	case "tokenreview":
@@ -214,7 +215,10 @@ func (p *parts) buildGRPC(context.Context) error {
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...))
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(interceptors...),
+		// A later agent's call of a method this release lacks is refused
+		// naming both releases.
+		grpc.UnknownServiceHandler(grpcapi.UnknownMethod(version.Version)))
 	p.gs = grpc.NewServer(gopts...)
 	grpcapi.NewServer(p.svc, p.cc.SliceTTL, grpcapi.WithRegisterer(p.reg)).Register(p.gs)
 

@@ -9,12 +9,20 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 	"github.com/slingshot-k8s/slingshot/internal/version/versiontest"
 )
 
-// The running controller says which release it is in --version and in
-// slingshot_build_info, and both say the chart's appVersion: the one
+// The running controller says which release it is in --version, in
+// slingshot_build_info and in the header of its answers to agents, and
+// all say the chart's appVersion: the one
 // source of truth for the release.
 func TestVersionAndBuildInfoAgreeWithTheChart(t *testing.T) {
 	want := versiontest.ReadChart(t, "../..").AppVersion
@@ -56,6 +64,25 @@ func TestVersionAndBuildInfoAgreeWithTheChart(t *testing.T) {
 		if !strings.Contains(line, l) {
 			t.Errorf("slingshot_build_info is %q, lacks %s", line, l)
 		}
+	}
+	var md metadata.MD
+	if _, err := dialChild(t, c).ListVNIs(t.Context(), &apiv1.ListVNIsRequest{}, grpc.Header(&md)); err != nil {
+		t.Fatalf("ListVNIs: %v", err)
+	}
+	if got := md.Get(version.ControllerHeader); len(got) != 1 || got[0] != want {
+		t.Errorf("the answer's header %s is %q, want %q", version.ControllerHeader, got, want)
+	}
+	// A method it does not serve, as a later agent may call, is refused
+	// naming both releases.
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUserAgent("slingshot-agent/9.9.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Invoke(t.Context(), "/slingshot.controller.v1.Controller/Later", &apiv1.ListVNIsRequest{}, &apiv1.ListVNIsResponse{})
+	if st := status.Convert(err); st.Code() != codes.Unimplemented ||
+		!strings.Contains(st.Message(), "controller "+want) || !strings.Contains(st.Message(), "agent 9.9.9") {
+		t.Errorf("a method it does not serve: %v, want Unimplemented naming controller %s and agent 9.9.9", err, want)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/internal/version"
@@ -58,6 +60,45 @@ func (a *AgentVersions) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 		}
 		return handler(ctx, req)
+	}
+}
+
+// VersionHeader tells every caller the controller's release, own, in
+// the response header [version.ControllerHeader]: an agent that refuses
+// an answer it does not understand names both releases (the wire API
+// stays as it is, and older agents ignore the header). It goes first in
+// the chain, so that answers that refuse the call carry it too.
+func VersionHeader(own string) grpc.UnaryServerInterceptor {
+	md := metadata.Pairs(version.ControllerHeader, own)
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		// SetHeader fails only where no header can be sent any more (the
+		// call is over): the agent then misses only the version, and the
+		// call is no business of this interceptor's.
+		_ = grpc.SetHeader(ctx, md)
+		return handler(ctx, req)
+	}
+}
+
+// UnknownMethod answers a call of a method this controller, of release
+// own, does not serve, with Unimplemented naming the method and both
+// releases (the caller's from its user agent, version.Unknown without
+// one), and the controller's release in the header as [VersionHeader]
+// does: what an agent of a later release meets when it asks an earlier
+// controller for what the later one added. Serve it with
+// grpc.UnknownServiceHandler. It runs before any interceptor (gRPC calls
+// no unary interceptor for a method it does not know), so it answers
+// unauthenticated callers too, with nothing but what /metrics shows
+// (slingshot_build_info).
+func UnknownMethod(own string) grpc.StreamHandler {
+	md := metadata.Pairs(version.ControllerHeader, own)
+	return func(_ any, stream grpc.ServerStream) error {
+		method, _ := grpc.MethodFromServerStream(stream)
+		// As in VersionHeader: a header that cannot be sent costs only
+		// the version.
+		_ = stream.SetHeader(md)
+		return status.Errorf(codes.Unimplemented,
+			"this controller does not serve %s (controller %s, agent %s): the controller is upgraded before the agents (docs/upgrade.md)",
+			method, own, agentVersion(stream.Context()))
 	}
 }
 

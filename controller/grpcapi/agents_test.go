@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/slingshot-k8s/slingshot/controller"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
@@ -183,5 +186,55 @@ func TestAgentVersionsBounded(t *testing.T) {
 	}
 	if got := len(rec.take()); got != maxAgentsTracked+1 {
 		t.Errorf("%d records for %d distinct nodes", got, maxAgentsTracked+1)
+	}
+}
+
+// A method the controller does not serve (what an agent of a later
+// release may call) is refused naming the method and both releases, the
+// controller's in the header too; an agent that sends no version is
+// named unknown. gRPC's own answer named neither.
+func TestUnknownMethodNamesBothReleases(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.UnknownServiceHandler(UnknownMethod("0.3.0")))
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	const method = "/slingshot.controller.v1.Controller/AcquireSomethingNew"
+	tests := []struct {
+		name      string
+		ua        string // "": gRPC's own
+		wantAgent string
+	}{
+		{name: "an agent of a later release", ua: "slingshot-agent/0.4.0", wantAgent: "agent 0.4.0"},
+		{name: "a caller that sends no version", wantAgent: "agent " + version.Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			if tt.ua != "" {
+				opts = append(opts, grpc.WithUserAgent(tt.ua))
+			}
+			conn, err := grpc.NewClient(lis.Addr().String(), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			var md metadata.MD
+			err = conn.Invoke(t.Context(), method, &apiv1.ListVNIsRequest{}, &apiv1.ListVNIsResponse{}, grpc.Header(&md))
+			st := status.Convert(err)
+			if st.Code() != codes.Unimplemented {
+				t.Fatalf("the call: %v, want Unimplemented", err)
+			}
+			for _, s := range []string{method, "controller 0.3.0", tt.wantAgent} {
+				if !strings.Contains(st.Message(), s) {
+					t.Errorf("the refusal %q does not say %q", st.Message(), s)
+				}
+			}
+			if got := md.Get(version.ControllerHeader); !slices.Equal(got, []string{"0.3.0"}) {
+				t.Errorf("header %s = %q, want the controller's release", version.ControllerHeader, got)
+			}
+		})
 	}
 }

@@ -3,10 +3,15 @@ package compat
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -288,18 +293,22 @@ func restrict(v any, nmd, omd protoreflect.MessageDescriptor) any {
 // clientResult is the peer's answer to client.read.
 type clientResult struct {
 	Leases []struct {
-		Lease json.RawMessage `json:"lease"`
-		Err   string          `json:"err"`
+		Lease       json.RawMessage `json:"lease"`
+		Err         string          `json:"err"`
+		Unsupported bool            `json:"unsupported"`
+		Released    []string        `json:"released"`
 	} `json:"leases"`
 	Errors []clientError `json:"errors"`
 }
 
 type clientError struct {
-	Code       string            `json:"code"`
-	Reason     string            `json:"reason"`
-	Metadata   map[string]string `json:"metadata"`
-	Sentinels  []string          `json:"sentinels"`
-	SliceTaken map[string]any    `json:"sliceTaken"`
+	Err         string            `json:"err"`
+	Unsupported bool              `json:"unsupported"`
+	Code        string            `json:"code"`
+	Reason      string            `json:"reason"`
+	Metadata    map[string]string `json:"metadata"`
+	Sentinels   []string          `json:"sentinels"`
+	SliceTaken  map[string]any    `json:"sliceTaken"`
 }
 
 type ctlError struct {
@@ -307,11 +316,54 @@ type ctlError struct {
 	Status []byte `json:"status"`
 }
 
+// Lease fields whose values an agent may not know: the scope (a later
+// release may add one) and the VNI (16 bits, in a 32-bit field).
+const (
+	leaseScope = leaseType + ".scope"
+	leaseVNI   = leaseType + ".vni"
+)
+
+// knownLeases and unknownLeases are the scopes and VNIs of the leases
+// the test hands between the releases: leases the agent knows (every
+// scope the baseline declares, VNIs up to 65535), and leases of what it
+// does not (no scope, scopes no release declares, VNIs beyond 16 bits).
+func knownLeases(rng *rand.Rand) map[string][]int64 {
+	vnis := []int64{0, 1, 1024, math.MaxUint16}
+	for range 16 {
+		vnis = append(vnis, rng.Int64N(math.MaxUint16+1))
+	}
+	return map[string][]int64{leaseScope: {1, 2, 3, 4}, leaseVNI: vnis}
+}
+
+func unknownLeases(rng *rand.Rand) []map[string][]int64 {
+	vnis := []int64{math.MaxUint16 + 1, math.MaxUint32}
+	for range 8 {
+		vnis = append(vnis, math.MaxUint16+1+rng.Int64N(math.MaxUint32-math.MaxUint16))
+	}
+	return []map[string][]int64{
+		{leaseScope: {0, 5, 6, 100, math.MaxInt32}, leaseVNI: knownLeases(rng)[leaseVNI]},
+		{leaseScope: {1, 2, 3, 4}, leaseVNI: vnis},
+	}
+}
+
 // An agent makes of a controller's answer what the agent of the
 // controller's own release makes of it, both ways: a lease (its VNI,
 // scope, key, network request, collectives), and every kind of error the
 // controller returns (its code, reason and details, and the errors the
 // agent acts on: unavailable, exhausted, owner gone, slice taken, ...).
+//
+// A lease of what the agent does not know (a scope no release declares,
+// a VNI beyond 16 bits: what a later release might send) HEAD's agent
+// refuses, naming its release and the controller's (unknown where the
+// controller's release sends none), and gives the lease back; it never
+// reads it as something else. The baseline's agent, 0.2.0, predates the
+// refusal and misreads them (an unknown scope as none, the VNI cut to 16
+// bits): its reading of them is not compared (docs/upgrade.md).
+//
+// So for a call the controller does not serve (a method a later release
+// adds, called by its agent): HEAD's controller refuses it naming the
+// method and both releases (0.2.0's answers as gRPC does), and HEAD's
+// agent reads either answer as a refusal naming both releases.
 func TestAgentReadsControllerAnswers(t *testing.T) {
 	w := setup(t)
 	leaseSchema := newSchema(w.oldInfo.LeaseSchema)
@@ -321,20 +373,33 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 			common[s] = true
 		}
 	}
+	infoOf := map[*peer]peerInfo{w.old: w.oldInfo, w.new: w.newInfo}
 	for _, pair := range []struct{ ctl, agent *peer }{{w.old, w.new}, {w.new, w.old}} {
 		t.Run(pair.ctl.name+" controller, "+pair.agent.name+" agent", func(t *testing.T) {
-			var leases []message
-			// A lease from the node's own slice sends the client to the
-			// node's pool, which is not the answer's meaning.
-			if err := pair.ctl.call("proto.gen", map[string]any{"seed": seed() + 2, "count": *messagesFlag,
-				"types": []string{leaseType}, "exclude": []string{fromNodeSlice}}, &leases); err != nil {
-				t.Fatal(err)
+			rng := rand.New(rand.NewPCG(seed(), 2))
+			gen := func(values map[string][]int64, n uint64) []message {
+				var msgs []message
+				// A lease from the node's own slice sends the client to the
+				// node's pool, which is not the answer's meaning.
+				if err := pair.ctl.call("proto.gen", map[string]any{"seed": seed() + n, "count": *messagesFlag,
+					"types": []string{leaseType}, "exclude": []string{fromNodeSlice}, "values": values}, &msgs); err != nil {
+					t.Fatal(err)
+				}
+				return msgs[1:] // the first is empty: a lease of no scope
+			}
+			leases := gen(knownLeases(rng), 2)
+			known := len(leases)
+			for i, values := range unknownLeases(rng) {
+				leases = append(leases, gen(values, 10+uint64(i))...)
 			}
 			var errs []ctlError
-			if err := pair.ctl.call("ctl.errors", map[string]any{"seed": seed() + 3, "count": 3}, &errs); err != nil {
+			if err := pair.ctl.call("ctl.errors", map[string]any{"seed": seed() + 3, "count": 3,
+				"agentUserAgent": infoOf[pair.agent].UserAgent}, &errs); err != nil {
 				t.Fatal(err)
 			}
-			args := map[string]any{"leases": dataOf(leases), "statuses": statusesOf(errs)}
+			ctlInfo := infoOf[pair.ctl]
+			args := map[string]any{"leases": dataOf(leases), "statuses": statusesOf(errs),
+				"controllerHeader": ctlInfo.ControllerHeader, "controllerVersion": ctlInfo.Version}
 			var got, want clientResult
 			if err := pair.agent.call("client.read", args, &got); err != nil {
 				t.Fatal(err)
@@ -345,35 +410,101 @@ func TestAgentReadsControllerAnswers(t *testing.T) {
 			if len(got.Leases) != len(leases) || len(want.Leases) != len(leases) || len(got.Errors) != len(errs) || len(want.Errors) != len(errs) {
 				t.Fatalf("answers: %d and %d leases of %d, %d and %d errors of %d", len(got.Leases), len(want.Leases), len(leases), len(got.Errors), len(want.Errors), len(errs))
 			}
-			read := 0
-			for i, l := range leases {
+			ctlVersion := "unknown"
+			if ctlInfo.ControllerHeader != "" {
+				ctlVersion = ctlInfo.Version
+			}
+			for i, l := range leases[:known] {
 				g, wa := got.Leases[i], want.Leases[i]
-				if wa.Err == "" {
-					read++
-				}
-				if (g.Err != "") != (wa.Err != "") {
+				if g.Err != "" || wa.Err != "" {
 					failf(t, "lease %s: the %s agent: %s (error %q); the %s agent: %s (error %q)", l.JSON, pair.agent.name, g.Lease, g.Err, pair.ctl.name, wa.Lease, wa.Err)
 					continue
 				}
 				if diff := cmp.Diff(leaseSchema.norm(decodeJSON(wa.Lease), ""), leaseSchema.norm(decodeJSON(g.Lease), "")); diff != "" {
 					failf(t, "lease %s: the %s agent read it otherwise than the %s agent (-%s +%s):\n%s", l.JSON, pair.agent.name, pair.ctl.name, pair.ctl.name, pair.agent.name, diff)
 				}
+				if len(g.Released)+len(wa.Released) > 0 {
+					failf(t, "lease %s: read, and released %q and %q", l.JSON, g.Released, wa.Released)
+				}
 			}
-			if read < len(leases)/2 {
-				failf(t, "the %s agent read only %d of %d leases of its own controller: this compares errors, not leases", pair.ctl.name, read, len(leases))
+			for i, l := range leases[known:] {
+				r := got.Leases[known+i]
+				if pair.agent == w.old {
+					r = want.Leases[known+i]
+				}
+				// HEAD's agent (the one that reads the answers) refuses.
+				agentVersion := w.newInfo.Version
+				switch {
+				case !r.Unsupported:
+					failf(t, "lease %s of the %s controller: HEAD's agent did not refuse it as an answer it does not know: %s (error %q)", l.JSON, pair.ctl.name, r.Lease, r.Err)
+				case !strings.Contains(r.Err, "agent "+agentVersion) || !strings.Contains(r.Err, "controller "+ctlVersion):
+					failf(t, "lease %s of the %s controller: HEAD's agent refused it without naming both releases (agent %s, controller %s): %q", l.JSON, pair.ctl.name, agentVersion, ctlVersion, r.Err)
+				}
+				var lease struct {
+					Key string `json:"key"`
+				}
+				if err := json.Unmarshal(l.JSON, &lease); err != nil {
+					t.Fatal(err)
+				}
+				if wantReleased := []string{lease.Key}; lease.Key != "" && !slices.Equal(r.Released, wantReleased) {
+					failf(t, "lease %s: HEAD's agent refused it and released %q, want %q: a refused lease must not stay held", l.JSON, r.Released, wantReleased)
+				}
 			}
+			unimplemented := 0
 			for i, e := range errs {
 				g, wa := got.Errors[i], want.Errors[i]
+				if e.Kind == "unimplemented" {
+					unimplemented++
+					checkUnimplemented(t, e, pair.ctl == w.new, infoOf[pair.agent].Version, ctlInfo.Version)
+					// HEAD's agent refuses it naming both releases.
+					head := g
+					if pair.agent == w.old {
+						head = wa
+					}
+					if !head.Unsupported || !strings.Contains(head.Err, "agent "+w.newInfo.Version) || !strings.Contains(head.Err, "controller "+ctlVersion) {
+						failf(t, "the %s controller does not serve a call: HEAD's agent made of it %q (refusal %v), want a refusal naming agent %s and controller %s",
+							pair.ctl.name, head.Err, head.Unsupported, w.newInfo.Version, ctlVersion)
+					}
+				}
+				// The message and the refusal are compared above; the
+				// rest the same for both.
+				g.Err, wa.Err, g.Unsupported, wa.Unsupported = "", "", false, false
 				g.Sentinels = slices.DeleteFunc(g.Sentinels, func(s string) bool { return !common[s] })
 				wa.Sentinels = slices.DeleteFunc(wa.Sentinels, func(s string) bool { return !common[s] })
 				if diff := cmp.Diff(wa, g); diff != "" {
 					failf(t, "a %s error: the %s agent read it otherwise than the %s agent (-%s +%s):\n%s", e.Kind, pair.agent.name, pair.ctl.name, pair.ctl.name, pair.agent.name, diff)
 				}
-				if len(wa.Sentinels) == 0 && e.Kind != "internal" && e.Kind != "canceled" {
+				if len(wa.Sentinels) == 0 && e.Kind != "internal" && e.Kind != "canceled" && e.Kind != "unimplemented" {
 					failf(t, "a %s error matches none of the agent's errors: %+v", e.Kind, wa)
 				}
 			}
+			if unimplemented != 1 {
+				failf(t, "the %s controller made %d answers to a method it does not serve, want 1", pair.ctl.name, unimplemented)
+			}
 		})
+	}
+}
+
+// checkUnimplemented checks the controller's own answer to a method it
+// does not serve: HEAD's (and every release's from 0.3.0) names the
+// method and both releases, the agent's from its user agent; 0.2.0's is
+// gRPC's, which names neither.
+func checkUnimplemented(t *testing.T, e ctlError, head bool, agentVersion, ctlVersion string) {
+	t.Helper()
+	st := &spb.Status{}
+	if err := proto.Unmarshal(e.Status, st); err != nil {
+		t.Fatalf("decode the controller's status: %v", err)
+	}
+	if codes.Code(st.GetCode()) != codes.Unimplemented {
+		failf(t, "a method the controller does not serve: code %v, want Unimplemented", codes.Code(st.GetCode()))
+	}
+	if !head {
+		return
+	}
+	for _, s := range []string{"CompatLaterMethod", "controller " + ctlVersion, "agent " + agentVersion} {
+		if !strings.Contains(st.GetMessage(), s) {
+			failf(t, "HEAD's controller refused a method it does not serve with %q, which does not say %q", st.GetMessage(), s)
+		}
 	}
 }
 

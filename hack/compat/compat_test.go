@@ -342,6 +342,9 @@ type peerInfo struct {
 	LeaseSchema       []schemaPath `json:"leaseSchema"`
 	ProtoFile         []byte       `json:"protoFile"`
 	Sentinels         []string     `json:"sentinels"`
+	ControllerHeader  string       `json:"controllerHeader"`
+	StoreSchema       []schemaPath `json:"storeSchema"`
+	SQLiteSchema      int          `json:"sqliteSchema"`
 }
 
 // The versions the peers say are the trees': the baseline's release and

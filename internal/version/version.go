@@ -99,8 +99,28 @@ const AgentProduct = "slingshot-agent"
 // UserAgent is the agent's gRPC user agent: AgentProduct/Version.
 func UserAgent() string { return AgentProduct + "/" + orUnknown(Version) }
 
+// ControllerHeader is the gRPC response header in which the controller
+// names its release, on every answer to an agent (from 0.3.0): how an
+// agent learns the controller's version without a field in the wire
+// API, as the controller learns the agent's from its user agent. A
+// controller before 0.3.0 sends none.
+const ControllerHeader = "slingshot-controller-version"
+
 // maxVersionLen bounds a version read from a peer: it is logged.
 const maxVersionLen = 64
+
+// FromPeer returns v, a version a peer sent (a header's value), and true
+// when it can be one: not empty, short and printable. The value comes
+// from the network and is logged and shown in errors.
+func FromPeer(v string) (string, bool) {
+	if v == "" || len(v) > maxVersionLen {
+		return "", false
+	}
+	if strings.IndexFunc(v, func(r rune) bool { return r < '!' || r > '~' }) >= 0 {
+		return "", false
+	}
+	return v, true
+}
 
 // FromUserAgent returns the version in a user agent's product token
 // named product, and false when it has none. The value comes from the
@@ -108,13 +128,12 @@ const maxVersionLen = 64
 func FromUserAgent(ua, product string) (string, bool) {
 	for tok := range strings.FieldsSeq(ua) {
 		name, v, ok := strings.Cut(tok, "/")
-		if !ok || name != product || v == "" || len(v) > maxVersionLen {
+		if !ok || name != product {
 			continue
 		}
-		if strings.IndexFunc(v, func(r rune) bool { return r < '!' || r > '~' }) >= 0 {
-			continue
+		if v, ok := FromPeer(v); ok {
+			return v, true
 		}
-		return v, true
 	}
 	return "", false
 }

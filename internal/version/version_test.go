@@ -121,6 +121,34 @@ func TestFromUserAgent(t *testing.T) {
 	}
 }
 
+// A version a peer sends in a header is taken only when it is short and
+// printable: it is logged and shown in errors.
+func TestFromPeer(t *testing.T) {
+	tests := []struct {
+		in     string
+		wantOK bool
+	}{
+		{in: "0.3.0", wantOK: true},
+		{in: "0.4.0-rc.1+abc", wantOK: true},
+		{in: ""},
+		{in: "0.3.0 evil"},
+		{in: "0.3.0\nlevel=ERROR"},
+		{in: "0.3.0\u00e9"},
+		{in: strings.Repeat("9", maxVersionLen+1)},
+		{in: strings.Repeat("9", maxVersionLen), wantOK: true},
+	}
+	for _, tt := range tests {
+		got, ok := FromPeer(tt.in)
+		want := ""
+		if tt.wantOK {
+			want = tt.in
+		}
+		if got != want || ok != tt.wantOK {
+			t.Errorf("FromPeer(%q) = %q, %v; want %q, %v", tt.in, got, ok, want, tt.wantOK)
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		in   string

@@ -1,7 +1,7 @@
 // Command peer is one side of the compatibility test in hack/compat: it
 // encodes and decodes what two releases exchange (the agent's checkpoint
-// files and the controller API's messages and errors) with the packages
-// of the tree it is built in. The test builds it twice, against HEAD (this
+// files, the controller API's messages and errors, and the controller's
+// sqlite database) with the packages of the tree it is built in. The test builds it twice, against HEAD (this
 // module, whose go.mod replaces the project with ../..) and inside a git
 // worktree of the baseline release, and hands what one peer wrote to the
 // other.
@@ -24,6 +24,7 @@ import (
 	"os"
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
+	"github.com/slingshot-k8s/slingshot/controller/store/sqlite"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 )
 
@@ -92,9 +93,17 @@ func handle(ctx context.Context, req request) (any, error) {
 			return uaResult{Version: v, OK: ok}, nil
 		})
 	case "ctl.errors":
-		return withArgs(req.Args, ctlErrors)
+		return withArgs(req.Args, func(a ctlErrorsArgs) (any, error) { return ctlErrors(ctx, a) })
 	case "client.read":
 		return withArgs(req.Args, func(a clientArgs) (any, error) { return clientRead(ctx, a) })
+	case "store.write":
+		return withArgs(req.Args, func(a storeWriteArgs) (any, error) { return storeWrite(ctx, a) })
+	case "store.read":
+		return withArgs(req.Args, func(a storeReadArgs) (any, error) { return storeRead(ctx, a) })
+	case "store.setschema":
+		return withArgs(req.Args, func(a storeSetSchemaArgs) (any, error) { return storeSetSchema(ctx, a) })
+	case "ctl.run":
+		return withArgs(req.Args, func(a ctlRunArgs) (any, error) { return ctlRun(ctx, a) })
 	}
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }
@@ -129,6 +138,14 @@ type Info struct {
 	// Sentinels are the names of controllerclient's errors that
 	// client.read matches.
 	Sentinels []string `json:"sentinels"`
+	// ControllerHeader is the gRPC header in which the tree's controller
+	// names its release on every answer; "" for none.
+	ControllerHeader string `json:"controllerHeader,omitempty"`
+	// StoreSchema is the controller store's State as JSON (see schemaOf);
+	// SQLiteSchema the schema version of the sqlite database the tree
+	// writes, the newest it opens.
+	StoreSchema  []SchemaPath `json:"storeSchema"`
+	SQLiteSchema int          `json:"sqliteSchema"`
 }
 
 type uaArgs struct {
@@ -155,6 +172,9 @@ func info() (Info, error) {
 		LeaseSchema:       leaseSchema(),
 		ProtoFile:         pf,
 		Sentinels:         sentinelNames(),
+		ControllerHeader:  controllerHeader,
+		StoreSchema:       storeSchema(),
+		SQLiteSchema:      sqlite.SchemaVersion,
 	}, nil
 }
 

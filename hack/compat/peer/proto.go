@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -56,15 +60,24 @@ type genArgs struct {
 	Types []string `json:"types,omitempty"`
 	// Exclude names fields (full names) left unset.
 	Exclude []string `json:"exclude,omitempty"`
+	// Values sets fields (full names; integers and enums) always, to one
+	// of the numbers given, rather than to any value or none.
+	Values map[string][]int64 `json:"values,omitempty"`
 }
 
 // protoGen makes, for each message type of the API, an empty message and
 // Count random ones, from the seed.
 func protoGen(a genArgs) (any, error) {
 	rng := rand.New(rand.NewPCG(a.Seed, a.Seed^0x9e3779b97f4a7c15))
-	exclude := map[protoreflect.FullName]bool{}
+	g := &gen{rng: rng, exclude: map[protoreflect.FullName]bool{}, values: map[protoreflect.FullName][]int64{}}
 	for _, f := range a.Exclude {
-		exclude[protoreflect.FullName(f)] = true
+		g.exclude[protoreflect.FullName(f)] = true
+	}
+	for f, vs := range a.Values {
+		if len(vs) == 0 {
+			return nil, fmt.Errorf("field %s: no values", f)
+		}
+		g.values[protoreflect.FullName(f)] = vs
 	}
 	var types []protoreflect.MessageDescriptor
 	if len(a.Types) == 0 {
@@ -89,7 +102,7 @@ func protoGen(a genArgs) (any, error) {
 		for i := range a.Count + 1 {
 			m := mt.New()
 			if i > 0 { // the first one stays empty
-				fill(rng, m, 0, exclude)
+				g.fill(m, 0)
 			}
 			data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m.Interface())
 			if err != nil {
@@ -105,14 +118,26 @@ func protoGen(a genArgs) (any, error) {
 	return out, nil
 }
 
+// gen makes random messages.
+type gen struct {
+	rng     *rand.Rand
+	exclude map[protoreflect.FullName]bool
+	values  map[protoreflect.FullName][]int64
+}
+
 // fill sets about two thirds of m's fields to random values, any field of
 // any message, so that a field added to the API is covered without a
-// change here.
-func fill(rng *rand.Rand, m protoreflect.Message, depth int, exclude map[protoreflect.FullName]bool) {
+// change here; a field of g.values always, to one of its values.
+func (g *gen) fill(m protoreflect.Message, depth int) {
+	rng := g.rng
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if exclude[fd.FullName()] || rng.IntN(3) == 0 {
+		if vs, ok := g.values[fd.FullName()]; ok {
+			m.Set(fd, number(fd, vs[rng.IntN(len(vs))]))
+			continue
+		}
+		if g.exclude[fd.FullName()] || rng.IntN(3) == 0 {
 			continue
 		}
 		switch {
@@ -121,7 +146,7 @@ func fill(rng *rand.Rand, m protoreflect.Message, depth int, exclude map[protore
 			for range rng.IntN(4) {
 				if fd.Message() != nil {
 					v := l.NewElement()
-					fill(rng, v.Message(), depth+1, exclude)
+					g.fill(v.Message(), depth+1)
 					l.Append(v)
 				} else {
 					l.Append(scalar(rng, fd))
@@ -133,7 +158,7 @@ func fill(rng *rand.Rand, m protoreflect.Message, depth int, exclude map[protore
 				k := scalar(rng, fd.MapKey()).MapKey()
 				if fd.MapValue().Message() != nil {
 					v := mp.NewValue()
-					fill(rng, v.Message(), depth+1, exclude)
+					g.fill(v.Message(), depth+1)
 					mp.Set(k, v)
 				} else {
 					mp.Set(k, scalar(rng, fd.MapValue()))
@@ -141,12 +166,29 @@ func fill(rng *rand.Rand, m protoreflect.Message, depth int, exclude map[protore
 			}
 		case fd.Message() != nil:
 			if depth < 4 {
-				fill(rng, m.Mutable(fd).Message(), depth+1, exclude)
+				g.fill(m.Mutable(fd).Message(), depth+1)
 			}
 		default:
 			m.Set(fd, scalar(rng, fd))
 		}
 	}
+}
+
+// number is n as a value of fd, an integer or enum field.
+func number(fd protoreflect.FieldDescriptor, n int64) protoreflect.Value {
+	switch fd.Kind() {
+	case protoreflect.EnumKind:
+		return protoreflect.ValueOfEnum(protoreflect.EnumNumber(n))
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return protoreflect.ValueOfInt32(int32(n))
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return protoreflect.ValueOfInt64(n)
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return protoreflect.ValueOfUint32(uint32(n))
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return protoreflect.ValueOfUint64(uint64(n))
+	}
+	panic(fmt.Sprintf("field %s: kind %v is no number", fd.FullName(), fd.Kind()))
 }
 
 // scalar is a random value of fd's kind, often an edge (zero, one, the
@@ -277,6 +319,9 @@ func hasUnknown(m protoreflect.Message) bool {
 type ctlErrorsArgs struct {
 	Seed  uint64 `json:"seed"`
 	Count int    `json:"count"`
+	// AgentUserAgent is the calling agent's, which the controller may
+	// name in its errors.
+	AgentUserAgent string `json:"agentUserAgent"`
 }
 
 // CtlError is an error of the controller's API as it travels: the
@@ -288,8 +333,9 @@ type CtlError struct {
 
 // ctlErrors makes Count errors of every kind the controller's API
 // returns, with random details, as the controller's gRPC server sends
-// them (grpcapi.Status).
-func ctlErrors(a ctlErrorsArgs) (any, error) {
+// them (grpcapi.Status), and one answer to a method it does not serve, as
+// a later agent may call.
+func ctlErrors(ctx context.Context, a ctlErrorsArgs) (any, error) {
 	rng := rand.New(rand.NewPCG(a.Seed, a.Seed^0xd1b54a32d192ed03))
 	word := func() string { return randString(rng) + "x" }
 	kinds := []struct {
@@ -330,7 +376,56 @@ func ctlErrors(a ctlErrorsArgs) (any, error) {
 			out = append(out, CtlError{Kind: k.kind, Status: b})
 		}
 	}
-	return out, nil
+	st, err := unknownMethod(ctx, a.AgentUserAgent)
+	if err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(st.Proto())
+	if err != nil {
+		return nil, fmt.Errorf("encode status: %w", err)
+	}
+	return append(out, CtlError{Kind: "unimplemented", Status: b}), nil
+}
+
+// laterMethod is a method of the controller's service that no release
+// serves: what an agent of a later release may call.
+const laterMethod = "/slingshot.controller.v1.Controller/CompatLaterMethod"
+
+// unknownMethod is this tree's controller's answer to laterMethod, from a
+// gRPC server as the controller runs it (serverOptions), called on
+// loopback by a client of user agent ua.
+func unknownMethod(ctx context.Context, ua string) (*status.Status, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	g := grpc.NewServer(serverOptions()...)
+	// The service is registered, its methods never called: only the
+	// method is unknown.
+	grpcapi.NewServer(nil, time.Minute).Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	defer func() {
+		g.Stop()
+		<-served
+	}()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if ua != "" {
+		opts = append(opts, grpc.WithUserAgent(ua))
+	}
+	conn, err := grpc.NewClient(lis.Addr().String(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = conn.Invoke(ctx, laterMethod, &apiv1.ListVNIsRequest{}, &apiv1.ListVNIsResponse{})
+	st := status.Convert(err)
+	if st.Code() != codes.Unimplemented {
+		return nil, fmt.Errorf("call %s: %v, want Unimplemented", laterMethod, err)
+	}
+	return st, nil
 }
 
 // sentinels are controllerclient's errors that an agent acts on, by name.
@@ -368,21 +463,34 @@ type clientArgs struct {
 	// messages, both encoded, as a controller answers AcquireJobVNI.
 	Leases   [][]byte `json:"leases"`
 	Statuses [][]byte `json:"statuses"`
+	// ControllerHeader, when set, is the header in which the controller
+	// that answers names its release, ControllerVersion (Info's).
+	ControllerHeader  string `json:"controllerHeader,omitempty"`
+	ControllerVersion string `json:"controllerVersion,omitempty"`
 }
 
-// ClientLease is what the agent's controller client made of an answer.
+// ClientLease is what the agent's controller client made of an answer:
+// the lease, or the error and whether it is a refusal of what the agent
+// does not know (see unsupported); Released are the lease keys the client
+// gave back meanwhile.
 type ClientLease struct {
-	Lease json.RawMessage `json:"lease,omitempty"`
-	Err   string          `json:"err,omitempty"`
+	Lease       json.RawMessage `json:"lease,omitempty"`
+	Err         string          `json:"err,omitempty"`
+	Unsupported bool            `json:"unsupported,omitempty"`
+	Released    []string        `json:"released,omitempty"`
 }
 
 // ClientError is how the agent's controller client classifies an error.
 type ClientError struct {
-	Code       string            `json:"code"`
-	Reason     string            `json:"reason,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	Sentinels  []string          `json:"sentinels"`
-	SliceTaken *SliceTaken       `json:"sliceTaken,omitempty"`
+	// Err is the client's error; Unsupported whether it is its refusal of
+	// what the releases do not share (see unsupported).
+	Err         string            `json:"err"`
+	Unsupported bool              `json:"unsupported,omitempty"`
+	Code        string            `json:"code"`
+	Reason      string            `json:"reason,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Sentinels   []string          `json:"sentinels"`
+	SliceTaken  *SliceTaken       `json:"sliceTaken,omitempty"`
 }
 
 // SliceTaken is a controllerclient.SliceTakenError's content.
@@ -399,15 +507,21 @@ type clientResult struct {
 }
 
 // answer is a controller that answers AcquireJobVNI with one encoded
-// lease or status, decoded here as this tree's gRPC client would; the
-// client calls nothing else for a lease the controller made.
+// lease or status, decoded here as this tree's gRPC client would, with
+// its version in the header where its release sends one (as its gRPC
+// server does, a header the client asks for with grpc.Header); the
+// client calls nothing else for a lease the controller made, but
+// ReleaseJobVNI for one it refuses, whose keys answer records.
 type answer struct {
 	apiv1.ControllerClient
-	lease  []byte
-	status *spb.Status
+	lease    []byte
+	status   *spb.Status
+	header   metadata.MD
+	released *[]string
 }
 
-func (a answer) AcquireJobVNI(context.Context, *apiv1.AcquireJobVNIRequest, ...grpc.CallOption) (*apiv1.JobVNILease, error) {
+func (a answer) AcquireJobVNI(_ context.Context, _ *apiv1.AcquireJobVNIRequest, opts ...grpc.CallOption) (*apiv1.JobVNILease, error) {
+	a.setHeader(opts)
 	if a.status != nil {
 		return nil, status.ErrorProto(a.status)
 	}
@@ -416,6 +530,20 @@ func (a answer) AcquireJobVNI(context.Context, *apiv1.AcquireJobVNIRequest, ...g
 		return nil, fmt.Errorf("decode lease: %w", err)
 	}
 	return l, nil
+}
+
+func (a answer) ReleaseJobVNI(_ context.Context, in *apiv1.ReleaseJobVNIRequest, opts ...grpc.CallOption) (*apiv1.JobVNILease, error) {
+	a.setHeader(opts)
+	*a.released = append(*a.released, in.GetKey())
+	return &apiv1.JobVNILease{Key: in.GetKey()}, nil
+}
+
+func (a answer) setHeader(opts []grpc.CallOption) {
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok && h.HeaderAddr != nil && a.header != nil {
+			*h.HeaderAddr = a.header.Copy()
+		}
+	}
 }
 
 // acquire asks the client for a lease from api, once, without retries.
@@ -435,28 +563,34 @@ func acquire(ctx context.Context, api apiv1.ControllerClient) (controllerclient.
 
 func clientRead(ctx context.Context, a clientArgs) (any, error) {
 	res := clientResult{Leases: []ClientLease{}, Errors: []ClientError{}}
+	var header metadata.MD
+	if a.ControllerHeader != "" {
+		header = metadata.Pairs(a.ControllerHeader, a.ControllerVersion)
+	}
 	for _, b := range a.Leases {
-		l, err := acquire(ctx, answer{lease: b})
+		var released []string
+		l, err := acquire(ctx, answer{lease: b, header: header, released: &released})
 		if err != nil {
-			res.Leases = append(res.Leases, ClientLease{Err: err.Error()})
+			res.Leases = append(res.Leases, ClientLease{Err: err.Error(), Unsupported: unsupported(err), Released: released})
 			continue
 		}
 		js, err := json.Marshal(l)
 		if err != nil {
 			return nil, fmt.Errorf("encode lease: %w", err)
 		}
-		res.Leases = append(res.Leases, ClientLease{Lease: js})
+		res.Leases = append(res.Leases, ClientLease{Lease: js, Released: released})
 	}
 	for _, b := range a.Statuses {
 		st := &spb.Status{}
 		if err := proto.Unmarshal(b, st); err != nil {
 			return nil, fmt.Errorf("decode status: %w", err)
 		}
-		_, err := acquire(ctx, answer{status: st})
+		var released []string
+		_, err := acquire(ctx, answer{status: st, header: header, released: &released})
 		if err == nil {
 			return nil, fmt.Errorf("status %v: the client saw no error", st)
 		}
-		ce := ClientError{Code: status.Code(err).String(), Sentinels: []string{}}
+		ce := ClientError{Err: err.Error(), Unsupported: unsupported(err), Code: status.Code(err).String(), Sentinels: []string{}}
 		var e *controllerclient.Error
 		if errors.As(err, &e) {
 			ce.Code, ce.Reason, ce.Metadata = e.Code.String(), e.Reason, e.Metadata
