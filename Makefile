@@ -95,7 +95,7 @@ demo:
 	cd hack/kubelet-e2e && $(GO) run ./demo
 
 ## check: everything CI runs (the README's test command, exactly what .ci/run runs)
-check: test structure e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-dra e2e-node-kubectl e2e-node-multi e2e-node-upgrade
+check: test structure e2e validate-manifests compat monitoring e2e-k8s e2e-node e2e-node-nri e2e-node-dra e2e-node-kubectl e2e-node-multi e2e-node-upgrade
 
 ## lint: formatting, vet and staticcheck
 lint:
@@ -275,6 +275,21 @@ K8S_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.1 \
 e2e-node: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2e $(E2E_NODE_FLAGS)
+
+## e2e-node-nri: the device plugin with --deviceplugin-nri on the same kind
+## of node (hack/real-node/e2enri, chart value agent.devicePluginNRI): a
+## Job's pods with their SLINGSHOT_* set by the agent at containerd's
+## CreateContainer and no CDI device; a container whose service went away
+## between PreStartContainer and CreateContainer refused there (an NRI hook
+## of the test's, called first, destroys it) until the kubelet's retry binds
+## it again; a killed container bound again at its restart's
+## PreStartContainer; containerd restarted without NRI: the agent not
+## ready, pods refused at PreStartContainer, until NRI is back. About 4
+## minutes on 2 busy cores. E2E_NODE_FLAGS as for e2e-node.
+.PHONY: e2e-node-nri
+e2e-node-nri: real-node-bin
+	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2enri $(E2E_NODE_FLAGS)
 
 ## e2e-node-kubectl: kubectl slingshot (vnis, pod, nodes) on the same kind
 ## of node, its controller on the Kubernetes store (hack/real-node/e2ekubectl):

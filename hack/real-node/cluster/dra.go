@@ -82,11 +82,13 @@ func (e *Env) setAPIValues(v map[string]any) {
 		dst = dst[k].(map[string]any)
 	}
 	dst["api"] = e.opts.API
+	// The node's NRI socket, under its root, for either mode that uses it:
+	// DRA, and the device plugin with agent.devicePluginNRI.
+	dra := map[string]any{"nriSocket": e.Node.NodePath(e.Node.NRISocket)}
 	if e.opts.API == APIDRA {
-		dst["dra"] = map[string]any{
-			"driverName": DRADriver, "nriSocket": e.Node.NodePath(e.Node.NRISocket), "deviceClasses": true,
-		}
+		dra["driverName"], dra["deviceClasses"] = DRADriver, true
 	}
+	dst["dra"] = dra
 }
 
 func toSlice(v any) []any {

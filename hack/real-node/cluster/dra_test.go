@@ -24,36 +24,7 @@ import (
 // node paths, an API token, the NIC DeviceClass and the agent's RBAC for
 // ResourceSlices.
 func TestDRAInstallRenders(t *testing.T) {
-	root := "/tmp/real-node-x"
-	o := Options{Root: root, API: APIDRA}
-	if err := o.defaults(); err != nil {
-		t.Fatal(err)
-	}
-	e := &Env{
-		Node: &node.Node{
-			Name: "node-1", IP: node.DefaultNodeIP, KubeletDir: "/var/lib/kubelet",
-			ContainerdSocket: root + "/run/containerd.sock", NRISocket: root + "/nri/nri.sock", CDIDir: root + "/cdi",
-		},
-		Machine:        &mocksysfs.Truth{SysRoot: root + "/machine/sys", DevRoot: root + "/machine/dev"},
-		ControllerAddr: node.DefaultNodeIP + ":9440",
-		IPAMSocket:     root + "/ipam-run/ipam.sock", CNIBinDir: root + "/cni-bin",
-		StateDir: root + "/agent-state", opts: o,
-	}
-	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
-	defaults, err := install.ChartValues(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.draValues, e.chartDRA = draChartValues(defaults)
-	if !e.chartDRA {
-		t.Fatal("the chart has no api and dra values")
-	}
-	rel := &install.Release{ChartDir: chartDir, Name: ReleaseName, Namespace: Namespace, Values: e.values()}
-	manifest, err := rel.Render(t.Context(), "v1.37.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	e, manifest := renderInstall(t, Options{API: APIDRA})
 	var ds *appsv1.DaemonSet
 	var classes []string
 	var rules []rbacv1.PolicyRule
@@ -131,4 +102,41 @@ func TestDRAInstallRenders(t *testing.T) {
 	if !canWriteSlices {
 		t.Errorf("no ClusterRole lets the agent create ResourceSlices: %+v", rules)
 	}
+}
+
+// renderInstall renders the chart with the values Setup installs it with,
+// for a node at a made-up root, and returns the node's Env and the
+// manifest. o.Root is set here.
+func renderInstall(t *testing.T, o Options) (*Env, string) {
+	t.Helper()
+	root := "/tmp/real-node-x"
+	o.Root = root
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{
+		Node: &node.Node{
+			Name: "node-1", IP: node.DefaultNodeIP, KubeletDir: "/var/lib/kubelet",
+			ContainerdSocket: root + "/run/containerd.sock", NRISocket: root + "/nri/nri.sock", CDIDir: root + "/cdi",
+		},
+		Machine:        &mocksysfs.Truth{SysRoot: root + "/machine/sys", DevRoot: root + "/machine/dev"},
+		ControllerAddr: node.DefaultNodeIP + ":9440",
+		IPAMSocket:     root + "/ipam-run/ipam.sock", CNIBinDir: root + "/cni-bin",
+		StateDir: root + "/agent-state", opts: o,
+	}
+	chartDir := filepath.Join(o.RepoDir, "deploy/helm/slingshot")
+	defaults, err := install.ChartValues(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.draValues, e.chartDRA = draChartValues(defaults)
+	if !e.chartDRA {
+		t.Fatal("the chart has no api and dra values")
+	}
+	rel := &install.Release{ChartDir: chartDir, Name: ReleaseName, Namespace: Namespace, Values: e.values()}
+	manifest, err := rel.Render(t.Context(), "v1.37.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, manifest
 }

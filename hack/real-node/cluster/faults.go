@@ -194,3 +194,18 @@ func (e *Env) ReloadDriver() (map[string][]uint32, error) {
 	}
 	return gone, nil
 }
+
+// DestroyService destroys service id of the node's simulated NIC nic
+// through the driver's own command, behind the agent's back: what an
+// admin's cxi_service delete, or a driver reload, does to one service.
+func (e *Env) DestroyService(nic string, id uint32) error {
+	dev, err := sim.Open(e.SimStateDir, nic, sim.Options{})
+	if err != nil {
+		return fmt.Errorf("open simulated %s: %w", nic, err)
+	}
+	if err := uapi.NewDevice(dev).DestroyService(id); err != nil {
+		dev.Close()
+		return fmt.Errorf("destroy service %d of %s: %w", id, nic, err)
+	}
+	return dev.Close()
+}

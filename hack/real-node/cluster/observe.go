@@ -29,6 +29,7 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	apiv1 "github.com/slingshot-k8s/slingshot/controller/api/v1"
@@ -389,4 +390,44 @@ func containsAll(labels, match map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// Readyz asks the agent's /readyz at its node address, as the kubelet's
+// readiness probe does, and returns the status code and the body.
+func (e *Env) Readyz(ctx context.Context) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.AgentURL+"/readyz", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("agent readyz: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return resp.StatusCode, "", fmt.Errorf("agent readyz: %w", err)
+	}
+	return resp.StatusCode, strings.TrimSpace(string(body)), nil
+}
+
+// WaitReadyz waits (up to two minutes) until the agent's /readyz says
+// ready (200) or not (any other status), as ready asks, with a body that
+// contains says (when not ""), and returns the body.
+func (e *Env) WaitReadyz(ctx context.Context, ready bool, says string) (string, error) {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, body, err := e.Readyz(ctx)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("%d %s", code, body)
+		return (code == http.StatusOK) == ready && strings.Contains(body, says), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("agent /readyz ready=%v saying %q: %w (last: %s)", ready, says, err, last)
+	}
+	return last, nil
 }

@@ -24,7 +24,7 @@ state = %[2]q
 [plugins.'io.containerd.internal.v1.opt']
   path = %[5]q
 [plugins.'io.containerd.nri.v1.nri']
-  disable = false
+  disable = %[13]v
   socket_path = %[6]q
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = 'overlayfs'
@@ -52,7 +52,7 @@ state = %[2]q
 		n.path("run/containerd.sock"), n.path("run/containerd.sock.ttrpc"),
 		n.path("containerd/opt"), n.path("nri/nri.sock"), PauseImage,
 		n.path("cdi"), n.opts.CNIBinDir, n.path("cni/net.d"),
-		n.opts.Runc, n.path("runc"))
+		n.opts.Runc, n.path("runc"), n.nriOff)
 }
 
 // cniConfig is the pod network: Debian's bridge and host-local plugins,

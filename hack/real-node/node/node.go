@@ -117,6 +117,9 @@ type Node struct {
 	hostRoot string
 	// worker is the init of a cluster node's namespaces; nil for Start's.
 	worker *worker
+	// nriOff disables NRI in containerd's configuration
+	// (RestartContainerd); NRI is on by default.
+	nriOff bool
 }
 
 // path is rel under the node's root, as the node's processes see it.
@@ -542,6 +545,27 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	return n.waitContainerd(ctx, n.Containerd)
+}
+
+// RestartContainerd stops the node's containerd (SIGTERM, then SIGKILL
+// after 30 s), writes its configuration with NRI enabled or disabled
+// (nri), starts it again and waits until it answers: a runtime whose NRI
+// an admin turned off, or on again. Running containers keep running; the
+// kubelet may take a moment more to see the node Ready (WaitNodeReady).
+// Start's node only: a node of a cluster runs containerd in namespaces of
+// its own.
+func (n *Node) RestartContainerd(ctx context.Context, nri bool) error {
+	if n.Containerd == nil {
+		return errors.New("node: RestartContainerd on a node of a cluster")
+	}
+	if err := n.Containerd.Stop(syscall.SIGTERM, 30*time.Second); err != nil {
+		return err
+	}
+	n.nriOff = !nri
+	if err := writeFiles(map[string]string{n.HostPath(n.path("containerd/config.toml")): n.containerdConfig()}); err != nil {
+		return err
+	}
+	return n.startContainerd(ctx)
 }
 
 // waitContainerd waits until the node's containerd answers, or proc
