@@ -110,7 +110,9 @@ func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.srv = grpc.NewServer()
+	// Stop waits for the Register handlers, so that none adds an
+	// endpoint after stop has dropped them.
+	k.srv = grpc.NewServer(grpc.WaitForHandlers(true))
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	k.serveDone = make(chan struct{})
 	srv, done := k.srv, k.serveDone
@@ -120,22 +122,26 @@ func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	}()
 }
 
-// stop shuts the kubelet down: every plugin connection closes and
-// kubelet.sock disappears.
+// stop shuts the kubelet down: kubelet.sock disappears, then every plugin
+// connection closes. The registration server stops first and stop waits
+// for the Register calls in flight, so that a plugin that registers again
+// as soon as its stream ends cannot leave an endpoint behind.
 func (k *fakeKubelet) stop() {
 	k.mu.Lock()
 	srv, done := k.srv, k.serveDone
 	k.srv = nil
+	k.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+		<-done
+	}
+	k.mu.Lock()
 	eps := k.endpoints
 	k.endpoints = make(map[string]*endpoint)
 	k.mu.Unlock()
 	for _, ep := range eps {
 		ep.cancel()
 		ep.conn.Close()
-	}
-	if srv != nil {
-		srv.Stop()
-		<-done
 	}
 	k.wg.Wait()
 }
