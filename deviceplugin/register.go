@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -107,7 +108,11 @@ func (s *Server) registerOnce(ctx context.Context) (fileID, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.registerTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+s.kubeletPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+s.kubeletPath,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return s.dial(ctx, s.kubeletPath)
+		}))
 	if err != nil {
 		return fileID{}, fmt.Errorf("dial kubelet: %w", err)
 	}
@@ -122,4 +127,10 @@ func (s *Server) registerOnce(ctx context.Context) (fileID, error) {
 		return fileID{}, fmt.Errorf("register: %w", err)
 	}
 	return id, nil
+}
+
+// dialUnix connects to the unix socket at path.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", path)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -92,6 +93,9 @@ type Status struct {
 	// Registered reports whether the last registration succeeded and the
 	// kubelet has not dropped the plugin since.
 	Registered bool
+	// Registering reports whether a registration is under way: a Register
+	// call, or a wait between two of its attempts.
+	Registering bool
 	// Streams is the number of open ListAndWatch streams.
 	Streams int
 	// LastRegistered is when the last registration succeeded.
@@ -115,6 +119,9 @@ type Server struct {
 	backoff         backoff.Policy
 	registerTimeout time.Duration
 	reregisterDelay time.Duration
+	// dial connects to the kubelet's socket at path; tests replace it
+	// before Run.
+	dial func(ctx context.Context, path string) (net.Conn, error)
 
 	// Collectors curried for this resource, resolved once for the hot path.
 	m               *metrics
@@ -176,6 +183,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		backoff:         cfg.Backoff,
 		registerTimeout: cmp.Or(cfg.RegisterTimeout, DefaultRegisterTimeout),
 		reregisterDelay: cmp.Or(cfg.ReregisterDelay, DefaultReregisterDelay),
+		dial:            dialUnix,
 		streamEnded:     make(chan struct{}, 1),
 		changed:         make(chan struct{}),
 	}
@@ -658,6 +666,7 @@ func (r *runLoop) wantRegister(ctx context.Context, reason string) {
 	r.regRunning = true
 	r.regPending = false
 	gen := r.genID
+	r.s.setStatus(func(st *Status) { st.Registering = true })
 	r.regWG.Go(func() {
 		r.regDone <- r.s.register(regCtx, gen, reason, r.kick)
 	})
@@ -668,6 +677,9 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 	r.regRunning = false
 	r.regCancel()
 	r.regCancel = nil
+	// Status shows Registering until it is known whether another
+	// registration follows this one.
+	defer func() { s.setStatus(func(st *Status) { st.Registering = r.regRunning }) }()
 	switch {
 	case res.err == nil:
 		// res.gen is the generation the kubelet actually connected; when
@@ -739,6 +751,6 @@ func (r *runLoop) shutdown() {
 		}
 		r.gen = nil
 	}
-	r.s.setStatus(func(st *Status) { st.Serving, st.Registered = false, false })
+	r.s.setStatus(func(st *Status) { st.Serving, st.Registered, st.Registering = false, false, false })
 	r.s.log.Info("device plugin stopped")
 }
