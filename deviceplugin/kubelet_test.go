@@ -58,6 +58,7 @@ type fakeKubelet struct {
 
 	mu        sync.Mutex
 	srv       *grpc.Server
+	ln        *net.UnixListener
 	serveDone chan struct{}
 	listenAt  time.Time
 	endpoints map[string]*endpoint
@@ -112,6 +113,7 @@ func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	}
 	// Stop waits for the Register handlers, so that none adds an
 	// endpoint after stop has dropped them.
+	k.ln = ln.(*net.UnixListener)
 	k.srv = grpc.NewServer(grpc.WaitForHandlers(true))
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	k.serveDone = make(chan struct{})
@@ -144,6 +146,18 @@ func (k *fakeKubelet) stop() {
 		ep.conn.Close()
 	}
 	k.wg.Wait()
+}
+
+// crash ends the kubelet as a kill does: like stop, except that
+// kubelet.sock stays on disk, refusing connections, until the next
+// kubelet's start removes it.
+func (k *fakeKubelet) crash() {
+	k.mu.Lock()
+	if k.ln != nil {
+		k.ln.SetUnlinkOnClose(false)
+	}
+	k.mu.Unlock()
+	k.stop()
 }
 
 // restart stops the kubelet and starts it again, cleaning the directory.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,6 +187,62 @@ func TestKubeletRestartRegistersAgainQuickly(t *testing.T) {
 				t.Errorf("plugin socket: %v", err)
 			}
 		})
+	}
+}
+
+// A killed kubelet leaves kubelet.sock behind. When the next kubelet
+// replaces it after the server has looked at it but before the server
+// connects, the server registers with the new kubelet: it must know that
+// it did, and not register again while that kubelet holds the connection
+// (a real kubelet refuses that Register and is then stuck; see
+// fakeKubelet).
+func TestKubeletReplacedWhileConnectingGetsOneRegister(t *testing.T) {
+	h := newHarness(t, func(c *ServerConfig) {
+		// Retries only when kubelet.sock is created.
+		c.Backoff = backoff.Policy{Initial: time.Hour, Attempts: 2}
+	})
+	var armed atomic.Bool
+	dialing, proceed := make(chan struct{}), make(chan struct{})
+	h.srv.dial = func(ctx context.Context, path string) (net.Conn, error) {
+		if armed.CompareAndSwap(true, false) {
+			select {
+			case dialing <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return dialUnix(ctx, path)
+	}
+	h.srv.Update(testDevices())
+	h.startAndRegister()
+	recv(t, h.kubelet.lists, "initial list")
+
+	armed.Store(true)
+	h.kubelet.crash()
+	// The stream has ended: the server registers again and is about to
+	// connect to the dead kubelet's socket. The next kubelet starts now.
+	recv(t, dialing, "the server to connect to kubelet.sock")
+	h.kubelet.start(t, true)
+	close(proceed)
+	recv(t, h.kubelet.registered, "Register with the new kubelet")
+	recv(t, h.kubelet.lists, "list for the new kubelet")
+
+	waitUntil(t, "the registration to settle, or a refused Register", func() bool {
+		st := h.srv.Status()
+		return (st.Registered && !st.Registering) || h.kubelet.refusedCount() > 0
+	})
+	if n := h.kubelet.refusedCount(); n != 0 {
+		t.Fatalf("kubelet refused %d Register calls as already connected", n)
+	}
+	select {
+	case <-h.kubelet.registered:
+		t.Error("the new kubelet got a second Register")
+	default:
 	}
 }
 
