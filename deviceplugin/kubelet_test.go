@@ -63,7 +63,10 @@ type fakeKubelet struct {
 	listenAt  time.Time
 	endpoints map[string]*endpoint
 	refused   int // Registers refused as already connected
-	wg        sync.WaitGroup
+	// beforeReply, when set, is called once, by the next Register that
+	// connects the plugin, just before it replies.
+	beforeReply func(endpoint string)
+	wg          sync.WaitGroup
 }
 
 // endpoint is the fake kubelet's connection to one plugin socket.
@@ -191,6 +194,13 @@ func (k *fakeKubelet) client(endpointName string) pluginapi.DevicePluginClient {
 	return nil
 }
 
+// onNextReply sets the beforeReply hook.
+func (k *fakeKubelet) onNextReply(f func(endpoint string)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.beforeReply = f
+}
+
 func (k *fakeKubelet) refusedCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -244,6 +254,13 @@ func (k *fakeKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 	k.endpoints[req.GetEndpoint()] = ep
 	k.mu.Unlock()
 	k.wg.Go(func() { k.watch(req.GetEndpoint(), ep, stream) })
+	k.mu.Lock()
+	hook := k.beforeReply
+	k.beforeReply = nil
+	k.mu.Unlock()
+	if hook != nil {
+		hook(req.GetEndpoint())
+	}
 	k.registered <- registration{req: req, at: at}
 	return &pluginapi.Empty{}, nil
 }

@@ -33,6 +33,7 @@ const (
 type regResult struct {
 	gen      int    // server generation that registered
 	kubelet  fileID // the kubelet socket registered with
+	epoch    uint64 // the epoch current when Register returned
 	attempts int
 	reason   string
 	err      error
@@ -77,9 +78,11 @@ func (s *Server) register(ctx context.Context, gen int, reason string, kick <-ch
 		// The kubelet dialled the socket path during Register; if the
 		// socket was served again meanwhile, the options call tells
 		// which generation it reached.
-		if epoch, epochGen := s.currentEpoch(); epoch != before {
+		epoch, epochGen := s.currentEpoch()
+		if epoch != before {
 			res.gen = epochGen
 		}
+		res.epoch = epoch
 		return nil
 	})
 	return res

@@ -378,6 +378,13 @@ func (s *Server) droppedEpoch() (epoch uint64, dropped, quick bool) {
 	return s.epoch, s.epoch > 0 && s.endedEpoch == s.epoch && s.epochStreams == 0, s.quickEnded
 }
 
+// dropped reports whether epoch is the current epoch and the kubelet has
+// ended all of its streams.
+func (s *Server) dropped(epoch uint64) bool {
+	current, dropped, _ := s.droppedEpoch()
+	return dropped && current == epoch
+}
+
 func (s *Server) setStatus(f func(*Status)) {
 	s.mu.Lock()
 	f(&s.status)
@@ -680,7 +687,17 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 	// Status shows Registering until it is known whether another
 	// registration follows this one.
 	defer func() { s.setStatus(func(st *Status) { st.Registering = r.regRunning }) }()
+	recorded := false
 	switch {
+	case res.err == nil && s.dropped(res.epoch):
+		// The kubelet ended the stream this registration opened before
+		// the Register call returned. The stream-end timer has asked for
+		// a registration meanwhile (regPending, below) or will: it
+		// registers again once the kubelet has had time to forget the
+		// connection.
+		r.registered = nil
+		s.setStatus(func(st *Status) { st.Registered = false })
+		s.log.Warn("kubelet closed the ListAndWatch stream before Register returned", "attempts", res.attempts, "reason", res.reason)
 	case res.err == nil:
 		// res.gen is the generation the kubelet actually connected; when
 		// it is older than the current one, needsRegistration says so
@@ -689,6 +706,7 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		// have dropped the stream this registration opened, and the
 		// timer's epoch check ignores it otherwise.
 		r.registered = &regRecord{gen: res.gen, kubelet: res.kubelet}
+		recorded = true
 		now := time.Now()
 		s.setStatus(func(st *Status) {
 			st.Registered, st.LastRegistered, st.LastError = true, now, nil
@@ -701,7 +719,7 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		s.setStatus(func(st *Status) { st.Registered, st.LastError = false, res.err })
 		s.log.Error("registration with kubelet failed; waiting for kubelet.sock to be created again", "err", res.err)
 	}
-	if r.regPending || (res.err == nil && r.needsRegistration()) {
+	if r.regPending || (recorded && r.needsRegistration()) {
 		r.regPending = false
 		r.wantRegister(ctx, "")
 	}

@@ -295,6 +295,53 @@ func TestKubeletEndingStreamRegistersAgain(t *testing.T) {
 	}
 }
 
+// The kubelet may drop the plugin's new connection before the Register
+// call that made it has returned. The server must not take that
+// registration's late success for a live one and stay unregistered.
+func TestKubeletDroppingStreamBeforeRegisterReturnsRegistersAgain(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Update(testDevices())
+	h.startAndRegister()
+	recv(t, h.kubelet.lists, "initial list")
+
+	ended := func() float64 {
+		return testutil.ToFloat64(h.srv.m.reregistrations.WithLabelValues(testResource, reasonStreamEnded))
+	}
+	proceed := make(chan struct{})
+	h.kubelet.onNextReply(func(endpoint string) {
+		// Once the plugin has sent its list on the new stream, the
+		// kubelet drops it, and the server's re-registration timer for
+		// that end fires, all while this Register has not returned.
+		select {
+		case <-h.kubelet.lists:
+		case <-t.Context().Done():
+			return
+		}
+		h.kubelet.endStream(endpoint)
+		select {
+		case <-proceed:
+		case <-t.Context().Done():
+		}
+	})
+	if !h.kubelet.endStream(testEndpoint) {
+		t.Fatal("no endpoint to drop")
+	}
+	waitUntil(t, "the server to decide to register again for the second end", func() bool { return ended() == 2 })
+	close(proceed)
+	recv(t, h.kubelet.registered, "the Register whose stream was dropped")
+	recv(t, h.kubelet.registered, "Register after the dropped one")
+	waitUntil(t, "the registration to settle", func() bool {
+		st := h.srv.Status()
+		return st.Registered && !st.Registering
+	})
+	if h.kubelet.client(testEndpoint) == nil {
+		t.Error("the kubelet holds no connection to the plugin")
+	}
+	if n := h.kubelet.refusedCount(); n != 0 {
+		t.Errorf("kubelet refused %d Register calls as already connected", n)
+	}
+}
+
 func TestKubeletAbsentRetriesBoundedThenRegistersWhenItAppears(t *testing.T) {
 	var waits []time.Duration
 	h := newHarness(t, func(c *ServerConfig) {
