@@ -419,10 +419,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	r := &runLoop{
-		s:       s,
-		w:       w,
-		kick:    make(chan struct{}, 1),
-		regDone: make(chan regResult, 1),
+		s:           s,
+		w:           w,
+		connsClosed: make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		regDone:     make(chan regResult, 1),
 	}
 	err = r.run(ctx)
 	r.shutdown()
@@ -436,6 +437,11 @@ type runLoop struct {
 
 	gen   *generation // nil while the socket is not served
 	genID int
+	// retired are older generations that the kubelet is still connected
+	// to; each is stopped once its last connection has ended, which
+	// connsClosed tells.
+	retired     []*generation
+	connsClosed chan struct{}
 
 	serveFailures int
 	serveRetry    *time.Timer
@@ -524,6 +530,9 @@ func (r *runLoop) run(ctx context.Context) error {
 
 		case res := <-r.regDone:
 			r.registrationDone(ctx, res)
+
+		case <-r.connsClosed:
+			r.stopIdleRetired()
 		}
 	}
 }
@@ -609,14 +618,12 @@ func (r *runLoop) serve(ctx context.Context, reason string) error {
 		s.m.reregistrations.WithLabelValues(s.name, reason).Inc()
 	}
 	if r.gen != nil {
-		if err := r.gen.stop(s.socketPath); err != nil {
-			s.log.Warn("removing old socket", "err", err)
-		}
+		r.retire(r.gen)
 		r.gen = nil
 		s.setStatus(func(st *Status) { st.Serving = false })
 	}
 	r.genID++
-	gen, err := s.startServing(r.genID)
+	gen, err := s.startServing(r.genID, r.connsClosed)
 	if err != nil {
 		r.serveFailures++
 		s.setStatus(func(st *Status) { st.LastError = err })
@@ -638,11 +645,49 @@ func (r *runLoop) serve(ctx context.Context, reason string) error {
 	return nil
 }
 
-// needsRegistration reports whether the kubelet may not know the current
-// generation: never registered, registered by an older generation, or
-// registered with a kubelet whose socket has since been created again.
+// retire takes g off the socket path. A generation the kubelet is still
+// connected to keeps serving that connection: the kubelet takes one
+// connection per plugin socket path and refuses a Register for the path
+// while it holds one, so the server neither cuts the connection nor
+// registers again while it lasts. It is stopped once the kubelet has
+// closed it; a kubelet that drops the plugin ends its stream first, and
+// the server then registers its current generation.
+func (r *runLoop) retire(g *generation) {
+	if g.conns.open.Load() > 0 {
+		r.s.log.Info("the kubelet is still connected to the old socket; serving that connection until it closes", "generation", g.svc.gen)
+		r.retired = append(r.retired, g)
+		return
+	}
+	r.stopGeneration(g, false)
+}
+
+// stopIdleRetired stops the retired generations left without connections.
+func (r *runLoop) stopIdleRetired() {
+	kept := r.retired[:0]
+	for _, g := range r.retired {
+		if g.conns.open.Load() > 0 {
+			kept = append(kept, g)
+			continue
+		}
+		r.stopGeneration(g, false)
+	}
+	clear(r.retired[len(kept):])
+	r.retired = kept
+}
+
+func (r *runLoop) stopGeneration(g *generation, cut bool) {
+	if err := g.stop(r.s.socketPath, cut); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.s.log.Warn("removing old socket", "err", err)
+	}
+}
+
+// needsRegistration reports whether the kubelet may not know the plugin:
+// never registered, dropped since, or registered with a kubelet whose
+// socket has since been created again. Which generation the kubelet is
+// connected to does not matter: an older one serves until the kubelet
+// closes its connection (see retire).
 func (r *runLoop) needsRegistration() bool {
-	if r.registered == nil || r.registered.gen != r.genID {
+	if r.registered == nil {
 		return true
 	}
 	id, err := statID(r.s.kubeletPath)
@@ -699,9 +744,8 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		s.setStatus(func(st *Status) { st.Registered = false })
 		s.log.Warn("kubelet closed the ListAndWatch stream before Register returned", "attempts", res.attempts, "reason", res.reason)
 	case res.err == nil:
-		// res.gen is the generation the kubelet actually connected; when
-		// it is older than the current one, needsRegistration says so
-		// below and the server registers again.
+		// res.gen is the generation the kubelet actually connected; an
+		// older one than the current serves it until it closes.
 		// A pending stream-end timer stays armed: the kubelet may already
 		// have dropped the stream this registration opened, and the
 		// timer's epoch check ignores it otherwise.
@@ -763,10 +807,12 @@ func (r *runLoop) shutdown() {
 			t.Stop()
 		}
 	}
+	for _, g := range r.retired {
+		r.stopGeneration(g, true)
+	}
+	r.retired = nil
 	if r.gen != nil {
-		if err := r.gen.stop(r.s.socketPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.s.log.Warn("removing socket", "err", err)
-		}
+		r.stopGeneration(r.gen, true)
 		r.gen = nil
 	}
 	r.s.setStatus(func(st *Status) { st.Serving, st.Registered, st.Registering = false, false, false })

@@ -246,30 +246,58 @@ func TestKubeletReplacedWhileConnectingGetsOneRegister(t *testing.T) {
 	}
 }
 
-func TestOwnSocketRemovedServesAndRegistersAgain(t *testing.T) {
+// Someone other than a restarting kubelet removes the plugin's socket. The
+// server serves a new one at the path, keeps serving the connection the
+// kubelet holds to the old one, and does not register while the kubelet
+// holds it (the kubelet would refuse: see fakeKubelet). When the kubelet
+// drops the plugin, the server registers and the kubelet connects to the
+// new socket.
+func TestOwnSocketRemovedServesAgainAndKeepsKubeletConnection(t *testing.T) {
 	h := newHarness(t, nil)
 	h.srv.Update(testDevices())
 	h.startAndRegister()
 	recv(t, h.kubelet.lists, "initial list")
+	old := h.kubelet.client(testEndpoint)
+	oldID, err := statID(h.srv.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	if err := os.Remove(h.srv.SocketPath()); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, h.kubelet.registered, "Register after socket removal")
-	if _, err := os.Stat(h.srv.SocketPath()); err != nil {
-		t.Fatalf("socket not served again: %v", err)
-	}
-	recv(t, h.kubelet.lists, "list from the new socket")
-	// The new socket answers.
-	resp, err := h.kubelet.client(testEndpoint).Allocate(t.Context(), &pluginapi.AllocateRequest{
-		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"dev1"}}},
+	waitUntil(t, "a new socket at the path", func() bool {
+		id, err := statID(h.srv.SocketPath())
+		return err == nil && id != oldID && h.srv.Status().Serving
 	})
-	if err != nil || len(resp.GetContainerResponses()) != 1 {
-		t.Fatalf("Allocate on new socket = %v, %v", resp, err)
-	}
 	if n := testutil.ToFloat64(h.srv.m.reregistrations.WithLabelValues(testResource, reasonSocketRemoved)); n != 1 {
 		t.Errorf("reregistrations{socket_removed} = %v, want 1", n)
 	}
+	// The kubelet's connection to the removed socket still answers.
+	resp, err := old.Allocate(t.Context(), allocReq([]string{"dev1"}))
+	if err != nil || len(resp.GetContainerResponses()) != 1 {
+		t.Fatalf("Allocate on the kubelet's connection to the removed socket = %v, %v", resp, err)
+	}
+	if st := h.srv.Status(); !st.Registered || st.Registering {
+		t.Errorf("Status = %+v, want registered and not registering", st)
+	}
+
+	if !h.kubelet.endStream(testEndpoint) {
+		t.Fatal("no endpoint to drop")
+	}
+	recv(t, h.kubelet.registered, "Register after the kubelet dropped the plugin")
+	recv(t, h.kubelet.lists, "list from the new socket")
+	resp, err = h.kubelet.client(testEndpoint).Allocate(t.Context(), allocReq([]string{"dev1"}))
+	if err != nil || len(resp.GetContainerResponses()) != 1 {
+		t.Fatalf("Allocate on the new socket = %v, %v", resp, err)
+	}
+
+	// Both gRPC servers are gone when Run returns.
+	if err := h.stop(); err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	h.kubelet.stop()
+	checkNoLeaks(t)
 }
 
 func TestKubeletEndingStreamRegistersAgain(t *testing.T) {
