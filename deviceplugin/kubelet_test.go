@@ -43,9 +43,17 @@ type registration struct {
 // fakeKubelet plays the kubelet's side of the device-plugin API the way
 // kubelet 1.37 does (pkg/kubelet/cm/devicemanager/plugin/v1beta1): a
 // Registration server on kubelet.sock; on Register it dials the plugin's
-// socket, calls GetDevicePluginOptions and opens ListAndWatch; it refuses a
-// second Register for an endpoint that is still connected ("device plugin
-// already connected"); on start it removes every socket in the directory.
+// socket, calls GetDevicePluginOptions and opens ListAndWatch; on start it
+// removes every socket in the directory.
+//
+// A second Register for an endpoint that is still connected is refused
+// ("device plugin already connected"), and, as in the kubelet, only after
+// the dial and the GetDevicePluginOptions call (the check is in the device
+// manager's PluginConnected). The kubelet (1.37.1) then also drops its
+// first client from its list (deregisterClient matches the socket path),
+// so the end of the first connection is never reported and every later
+// Register for that socket is refused until the kubelet restarts. The fake
+// does not play that part; instead every refusal fails the test.
 type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 
@@ -86,7 +94,12 @@ func newFakeKubelet(t testing.TB, dir string) *fakeKubelet {
 		lists:      make(chan []*pluginapi.Device, 256),
 		endpoints:  make(map[string]*endpoint),
 	}
-	t.Cleanup(k.stop)
+	t.Cleanup(func() {
+		k.stop()
+		if n := k.refusedCount(); n != 0 {
+			t.Errorf("kubelet refused %d registrations as already connected (a real kubelet would be stuck until it restarts)", n)
+		}
+	})
 	return k
 }
 
@@ -219,16 +232,6 @@ func (k *fakeKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 	if req.GetVersion() != pluginapi.Version {
 		return nil, fmt.Errorf("unsupported version %q", req.GetVersion())
 	}
-	k.mu.Lock()
-	_, connected := k.endpoints[req.GetEndpoint()]
-	if connected {
-		k.refused++
-	}
-	k.mu.Unlock()
-	if connected {
-		return nil, fmt.Errorf("device plugin already connected: %s", req.GetEndpoint())
-	}
-
 	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, req.GetEndpoint()),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -243,16 +246,31 @@ func (k *fakeKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 		return nil, fmt.Errorf("get device plugin options: %w", err)
 	}
 	streamCtx, cancel := context.WithCancel(k.ctx)
+	ep := &endpoint{conn: conn, client: client, opts: opts, cancel: cancel}
+	k.mu.Lock()
+	_, connected := k.endpoints[req.GetEndpoint()]
+	if connected {
+		k.refused++
+	} else {
+		k.endpoints[req.GetEndpoint()] = ep
+	}
+	k.mu.Unlock()
+	if connected {
+		cancel()
+		conn.Close()
+		return nil, fmt.Errorf("device plugin already connected: %s", req.GetEndpoint())
+	}
 	stream, err := client.ListAndWatch(streamCtx, &pluginapi.Empty{})
 	if err != nil {
+		k.mu.Lock()
+		if k.endpoints[req.GetEndpoint()] == ep {
+			delete(k.endpoints, req.GetEndpoint())
+		}
+		k.mu.Unlock()
 		cancel()
 		conn.Close()
 		return nil, fmt.Errorf("list and watch: %w", err)
 	}
-	ep := &endpoint{conn: conn, client: client, opts: opts, cancel: cancel}
-	k.mu.Lock()
-	k.endpoints[req.GetEndpoint()] = ep
-	k.mu.Unlock()
 	k.wg.Go(func() { k.watch(req.GetEndpoint(), ep, stream) })
 	k.mu.Lock()
 	hook := k.beforeReply

@@ -180,9 +180,6 @@ func TestKubeletRestartRegistersAgainQuickly(t *testing.T) {
 					t.Errorf("list after restart has %d devices, want 4", len(got))
 				}
 			}
-			if n := h.kubelet.refusedCount(); n != 0 {
-				t.Errorf("kubelet refused %d registrations as already connected", n)
-			}
 			if _, err := os.Stat(h.srv.SocketPath()); err != nil {
 				t.Errorf("plugin socket: %v", err)
 			}
@@ -318,9 +315,6 @@ func TestKubeletEndingStreamRegistersAgain(t *testing.T) {
 			t.Errorf("reregistrations{stream_ended} = %v, want %d", n, i+1)
 		}
 	}
-	if n := h.kubelet.refusedCount(); n != 0 {
-		t.Errorf("kubelet refused %d registrations as already connected", n)
-	}
 }
 
 // The kubelet may drop the plugin's new connection before the Register
@@ -364,9 +358,6 @@ func TestKubeletDroppingStreamBeforeRegisterReturnsRegistersAgain(t *testing.T) 
 	})
 	if h.kubelet.client(testEndpoint) == nil {
 		t.Error("the kubelet holds no connection to the plugin")
-	}
-	if n := h.kubelet.refusedCount(); n != 0 {
-		t.Errorf("kubelet refused %d Register calls as already connected", n)
 	}
 }
 
