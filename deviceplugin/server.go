@@ -392,9 +392,10 @@ func (s *Server) setStatus(f func(*Status)) {
 }
 
 // Run serves the kubelet until ctx ends: it listens on the socket,
-// registers, watches the device-plugins directory, and serves and registers
-// again when the kubelet restarts, removes the socket or drops the plugin.
-// On return it has stopped gRPC, removed its socket and stopped every
+// registers, watches the device-plugins directory, serves again when its
+// socket is removed, and registers again when the kubelet restarts or
+// drops the plugin, never while the kubelet holds its connection. On
+// return it has stopped gRPC, removed its socket and stopped every
 // goroutine it started. It returns nil when ctx ended, ErrAlreadyRunning
 // when another Run is active, and an error when the directory cannot be
 // watched or the socket cannot be served within the Backoff's attempts.
