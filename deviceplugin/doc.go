@@ -29,6 +29,18 @@
 // where a plugin stays "Running" while the kubelet has dropped its devices
 // and capacity silently falls to zero.
 //
+// # One registration per kubelet connection
+//
+// The kubelet refuses a Register for a plugin socket while it holds a
+// connection to that socket, and kubelet 1.37.1 then loses track of the
+// connection it holds: when that ends, it neither drops the plugin's
+// devices nor accepts the plugin again until it restarts. So the
+// server registers once with each kubelet (it records the kubelet socket
+// its Register call actually reached) and again only after that kubelet has
+// dropped it. A removed socket is served again at once, but the gRPC server
+// behind the old one keeps serving the kubelet's connection to it until the
+// kubelet closes it.
+//
 // # Concurrency
 //
 // All methods of [Server] are safe for concurrent use. Run may be called

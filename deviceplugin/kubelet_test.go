@@ -43,9 +43,17 @@ type registration struct {
 // fakeKubelet plays the kubelet's side of the device-plugin API the way
 // kubelet 1.37 does (pkg/kubelet/cm/devicemanager/plugin/v1beta1): a
 // Registration server on kubelet.sock; on Register it dials the plugin's
-// socket, calls GetDevicePluginOptions and opens ListAndWatch; it refuses a
-// second Register for an endpoint that is still connected ("device plugin
-// already connected"); on start it removes every socket in the directory.
+// socket, calls GetDevicePluginOptions and opens ListAndWatch; on start it
+// removes every socket in the directory.
+//
+// A second Register for an endpoint that is still connected is refused
+// ("device plugin already connected"), and, as in the kubelet, only after
+// the dial and the GetDevicePluginOptions call (the check is in the device
+// manager's PluginConnected). The kubelet (1.37.1) then also drops its
+// first client from its list (deregisterClient matches the socket path),
+// so the end of the first connection is never reported and every later
+// Register for that socket is refused until the kubelet restarts. The fake
+// does not play that part; instead every refusal fails the test.
 type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 
@@ -58,11 +66,15 @@ type fakeKubelet struct {
 
 	mu        sync.Mutex
 	srv       *grpc.Server
+	ln        *net.UnixListener
 	serveDone chan struct{}
 	listenAt  time.Time
 	endpoints map[string]*endpoint
 	refused   int // Registers refused as already connected
-	wg        sync.WaitGroup
+	// beforeReply, when set, is called once, by the next Register that
+	// connects the plugin, just before it replies.
+	beforeReply func(endpoint string)
+	wg          sync.WaitGroup
 }
 
 // endpoint is the fake kubelet's connection to one plugin socket.
@@ -82,7 +94,12 @@ func newFakeKubelet(t testing.TB, dir string) *fakeKubelet {
 		lists:      make(chan []*pluginapi.Device, 256),
 		endpoints:  make(map[string]*endpoint),
 	}
-	t.Cleanup(k.stop)
+	t.Cleanup(func() {
+		k.stop()
+		if n := k.refusedCount(); n != 0 {
+			t.Errorf("kubelet refused %d registrations as already connected (a real kubelet would be stuck until it restarts)", n)
+		}
+	})
 	return k
 }
 
@@ -110,7 +127,10 @@ func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.srv = grpc.NewServer()
+	// Stop waits for the Register handlers, so that none adds an
+	// endpoint after stop has dropped them.
+	k.ln = ln.(*net.UnixListener)
+	k.srv = grpc.NewServer(grpc.WaitForHandlers(true))
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	k.serveDone = make(chan struct{})
 	srv, done := k.srv, k.serveDone
@@ -120,12 +140,20 @@ func (k *fakeKubelet) start(t testing.TB, clean bool) {
 	}()
 }
 
-// stop shuts the kubelet down: every plugin connection closes and
-// kubelet.sock disappears.
+// stop shuts the kubelet down: kubelet.sock disappears, then every plugin
+// connection closes. The registration server stops first and stop waits
+// for the Register calls in flight, so that a plugin that registers again
+// as soon as its stream ends cannot leave an endpoint behind.
 func (k *fakeKubelet) stop() {
 	k.mu.Lock()
 	srv, done := k.srv, k.serveDone
 	k.srv = nil
+	k.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+		<-done
+	}
+	k.mu.Lock()
 	eps := k.endpoints
 	k.endpoints = make(map[string]*endpoint)
 	k.mu.Unlock()
@@ -133,11 +161,19 @@ func (k *fakeKubelet) stop() {
 		ep.cancel()
 		ep.conn.Close()
 	}
-	if srv != nil {
-		srv.Stop()
-		<-done
-	}
 	k.wg.Wait()
+}
+
+// crash ends the kubelet as a kill does: like stop, except that
+// kubelet.sock stays on disk, refusing connections, until the next
+// kubelet's start removes it.
+func (k *fakeKubelet) crash() {
+	k.mu.Lock()
+	if k.ln != nil {
+		k.ln.SetUnlinkOnClose(false)
+	}
+	k.mu.Unlock()
+	k.stop()
 }
 
 // restart stops the kubelet and starts it again, cleaning the directory.
@@ -171,6 +207,13 @@ func (k *fakeKubelet) client(endpointName string) pluginapi.DevicePluginClient {
 	return nil
 }
 
+// onNextReply sets the beforeReply hook.
+func (k *fakeKubelet) onNextReply(f func(endpoint string)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.beforeReply = f
+}
+
 func (k *fakeKubelet) refusedCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -189,16 +232,6 @@ func (k *fakeKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 	if req.GetVersion() != pluginapi.Version {
 		return nil, fmt.Errorf("unsupported version %q", req.GetVersion())
 	}
-	k.mu.Lock()
-	_, connected := k.endpoints[req.GetEndpoint()]
-	if connected {
-		k.refused++
-	}
-	k.mu.Unlock()
-	if connected {
-		return nil, fmt.Errorf("device plugin already connected: %s", req.GetEndpoint())
-	}
-
 	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, req.GetEndpoint()),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -213,17 +246,39 @@ func (k *fakeKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 		return nil, fmt.Errorf("get device plugin options: %w", err)
 	}
 	streamCtx, cancel := context.WithCancel(k.ctx)
+	ep := &endpoint{conn: conn, client: client, opts: opts, cancel: cancel}
+	k.mu.Lock()
+	_, connected := k.endpoints[req.GetEndpoint()]
+	if connected {
+		k.refused++
+	} else {
+		k.endpoints[req.GetEndpoint()] = ep
+	}
+	k.mu.Unlock()
+	if connected {
+		cancel()
+		conn.Close()
+		return nil, fmt.Errorf("device plugin already connected: %s", req.GetEndpoint())
+	}
 	stream, err := client.ListAndWatch(streamCtx, &pluginapi.Empty{})
 	if err != nil {
+		k.mu.Lock()
+		if k.endpoints[req.GetEndpoint()] == ep {
+			delete(k.endpoints, req.GetEndpoint())
+		}
+		k.mu.Unlock()
 		cancel()
 		conn.Close()
 		return nil, fmt.Errorf("list and watch: %w", err)
 	}
-	ep := &endpoint{conn: conn, client: client, opts: opts, cancel: cancel}
-	k.mu.Lock()
-	k.endpoints[req.GetEndpoint()] = ep
-	k.mu.Unlock()
 	k.wg.Go(func() { k.watch(req.GetEndpoint(), ep, stream) })
+	k.mu.Lock()
+	hook := k.beforeReply
+	k.beforeReply = nil
+	k.mu.Unlock()
+	if hook != nil {
+		hook(req.GetEndpoint())
+	}
 	k.registered <- registration{req: req, at: at}
 	return &pluginapi.Empty{}, nil
 }

@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -31,6 +33,7 @@ const (
 type regResult struct {
 	gen      int    // server generation that registered
 	kubelet  fileID // the kubelet socket registered with
+	epoch    uint64 // the epoch current when Register returned
 	attempts int
 	reason   string
 	err      error
@@ -75,9 +78,11 @@ func (s *Server) register(ctx context.Context, gen int, reason string, kick <-ch
 		// The kubelet dialled the socket path during Register; if the
 		// socket was served again meanwhile, the options call tells
 		// which generation it reached.
-		if epoch, epochGen := s.currentEpoch(); epoch != before {
+		epoch, epochGen := s.currentEpoch()
+		if epoch != before {
 			res.gen = epochGen
 		}
+		res.epoch = epoch
 		return nil
 	})
 	return res
@@ -98,16 +103,38 @@ func waitOrKick(ctx context.Context, d time.Duration, kick <-chan struct{}) erro
 }
 
 // registerOnce makes one Register call and returns the identity of the
-// kubelet socket it was made on. The identity is read before dialling, so
-// a kubelet that replaces its socket meanwhile is registered with again.
+// kubelet socket it was made on: the socket the connection reached, so
+// that a kubelet that replaces its socket before the server connects is
+// registered with once, and one that replaces it later is registered with
+// again.
 func (s *Server) registerOnce(ctx context.Context) (fileID, error) {
-	id, err := statID(s.kubeletPath)
-	if err != nil {
-		return fileID{}, fmt.Errorf("kubelet socket: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.registerTimeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+s.kubeletPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	raw, id, err := s.dialKubelet(ctx)
+	if err != nil {
+		return fileID{}, err
+	}
+	// gRPC gets that connection and no other: the Register call reaches
+	// the kubelet identified by id, or fails.
+	one := make(chan net.Conn, 1)
+	one <- raw
+	defer func() {
+		select {
+		case c := <-one:
+			c.Close()
+		default:
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+s.kubeletPath,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
+			select {
+			case c := <-one:
+				return c, nil
+			default:
+				return nil, errKubeletConnUsed
+			}
+		}))
 	if err != nil {
 		return fileID{}, fmt.Errorf("dial kubelet: %w", err)
 	}
@@ -122,4 +149,44 @@ func (s *Server) registerOnce(ctx context.Context) (fileID, error) {
 		return fileID{}, fmt.Errorf("register: %w", err)
 	}
 	return id, nil
+}
+
+// kubeletDials bounds the connections dialKubelet makes while the kubelet
+// keeps replacing its socket.
+const kubeletDials = 3
+
+var (
+	errKubeletSocketChanging = errors.New("kubelet socket replaced while connecting")
+	errKubeletConnUsed       = errors.New("kubelet connection already used")
+)
+
+// dialKubelet connects to kubelet.sock and returns the identity of the
+// socket file the connection reached. Connecting resolves the path once,
+// at a moment between two stats of it: when both name the same file, the
+// connection reached that file. When they differ, the kubelet replaced
+// its socket meanwhile and the connection, which may have reached either
+// kubelet, is made again, up to kubeletDials times.
+func (s *Server) dialKubelet(ctx context.Context) (net.Conn, fileID, error) {
+	for range kubeletDials {
+		before, err := statID(s.kubeletPath)
+		if err != nil {
+			return nil, fileID{}, fmt.Errorf("kubelet socket: %w", err)
+		}
+		conn, err := s.dial(ctx, s.kubeletPath)
+		if err != nil {
+			return nil, fileID{}, fmt.Errorf("dial kubelet: %w", err)
+		}
+		after, err := statID(s.kubeletPath)
+		if err == nil && after == before {
+			return conn, before, nil
+		}
+		conn.Close()
+	}
+	return nil, fileID{}, fmt.Errorf("dial kubelet: %w", errKubeletSocketChanging)
+}
+
+// dialUnix connects to the unix socket at path.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", path)
 }

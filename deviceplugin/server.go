@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -92,6 +93,9 @@ type Status struct {
 	// Registered reports whether the last registration succeeded and the
 	// kubelet has not dropped the plugin since.
 	Registered bool
+	// Registering reports whether a registration is under way: a Register
+	// call, or a wait between two of its attempts.
+	Registering bool
 	// Streams is the number of open ListAndWatch streams.
 	Streams int
 	// LastRegistered is when the last registration succeeded.
@@ -115,6 +119,9 @@ type Server struct {
 	backoff         backoff.Policy
 	registerTimeout time.Duration
 	reregisterDelay time.Duration
+	// dial connects to the kubelet's socket at path; tests replace it
+	// before Run.
+	dial func(ctx context.Context, path string) (net.Conn, error)
 
 	// Collectors curried for this resource, resolved once for the hot path.
 	m               *metrics
@@ -176,6 +183,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		backoff:         cfg.Backoff,
 		registerTimeout: cmp.Or(cfg.RegisterTimeout, DefaultRegisterTimeout),
 		reregisterDelay: cmp.Or(cfg.ReregisterDelay, DefaultReregisterDelay),
+		dial:            dialUnix,
 		streamEnded:     make(chan struct{}, 1),
 		changed:         make(chan struct{}),
 	}
@@ -370,6 +378,13 @@ func (s *Server) droppedEpoch() (epoch uint64, dropped, quick bool) {
 	return s.epoch, s.epoch > 0 && s.endedEpoch == s.epoch && s.epochStreams == 0, s.quickEnded
 }
 
+// dropped reports whether epoch is the current epoch and the kubelet has
+// ended all of its streams.
+func (s *Server) dropped(epoch uint64) bool {
+	current, dropped, _ := s.droppedEpoch()
+	return dropped && current == epoch
+}
+
 func (s *Server) setStatus(f func(*Status)) {
 	s.mu.Lock()
 	f(&s.status)
@@ -377,9 +392,10 @@ func (s *Server) setStatus(f func(*Status)) {
 }
 
 // Run serves the kubelet until ctx ends: it listens on the socket,
-// registers, watches the device-plugins directory, and serves and registers
-// again when the kubelet restarts, removes the socket or drops the plugin.
-// On return it has stopped gRPC, removed its socket and stopped every
+// registers, watches the device-plugins directory, serves again when its
+// socket is removed, and registers again when the kubelet restarts or
+// drops the plugin, never while the kubelet holds its connection. On
+// return it has stopped gRPC, removed its socket and stopped every
 // goroutine it started. It returns nil when ctx ended, ErrAlreadyRunning
 // when another Run is active, and an error when the directory cannot be
 // watched or the socket cannot be served within the Backoff's attempts.
@@ -404,10 +420,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	r := &runLoop{
-		s:       s,
-		w:       w,
-		kick:    make(chan struct{}, 1),
-		regDone: make(chan regResult, 1),
+		s:           s,
+		w:           w,
+		connsClosed: make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		regDone:     make(chan regResult, 1),
 	}
 	err = r.run(ctx)
 	r.shutdown()
@@ -421,6 +438,11 @@ type runLoop struct {
 
 	gen   *generation // nil while the socket is not served
 	genID int
+	// retired are older generations that the kubelet is still connected
+	// to; each is stopped once its last connection has ended, which
+	// connsClosed tells.
+	retired     []*generation
+	connsClosed chan struct{}
 
 	serveFailures int
 	serveRetry    *time.Timer
@@ -509,6 +531,9 @@ func (r *runLoop) run(ctx context.Context) error {
 
 		case res := <-r.regDone:
 			r.registrationDone(ctx, res)
+
+		case <-r.connsClosed:
+			r.stopIdleRetired()
 		}
 	}
 }
@@ -594,14 +619,12 @@ func (r *runLoop) serve(ctx context.Context, reason string) error {
 		s.m.reregistrations.WithLabelValues(s.name, reason).Inc()
 	}
 	if r.gen != nil {
-		if err := r.gen.stop(s.socketPath); err != nil {
-			s.log.Warn("removing old socket", "err", err)
-		}
+		r.retire(r.gen)
 		r.gen = nil
 		s.setStatus(func(st *Status) { st.Serving = false })
 	}
 	r.genID++
-	gen, err := s.startServing(r.genID)
+	gen, err := s.startServing(r.genID, r.connsClosed)
 	if err != nil {
 		r.serveFailures++
 		s.setStatus(func(st *Status) { st.LastError = err })
@@ -623,11 +646,49 @@ func (r *runLoop) serve(ctx context.Context, reason string) error {
 	return nil
 }
 
-// needsRegistration reports whether the kubelet may not know the current
-// generation: never registered, registered by an older generation, or
-// registered with a kubelet whose socket has since been created again.
+// retire takes g off the socket path. A generation the kubelet is still
+// connected to keeps serving that connection: the kubelet takes one
+// connection per plugin socket path and refuses a Register for the path
+// while it holds one, so the server neither cuts the connection nor
+// registers again while it lasts. It is stopped once the kubelet has
+// closed it; a kubelet that drops the plugin ends its stream first, and
+// the server then registers its current generation.
+func (r *runLoop) retire(g *generation) {
+	if g.conns.open.Load() > 0 {
+		r.s.log.Info("the kubelet is still connected to the old socket; serving that connection until it closes", "generation", g.svc.gen)
+		r.retired = append(r.retired, g)
+		return
+	}
+	r.stopGeneration(g, false)
+}
+
+// stopIdleRetired stops the retired generations left without connections.
+func (r *runLoop) stopIdleRetired() {
+	kept := r.retired[:0]
+	for _, g := range r.retired {
+		if g.conns.open.Load() > 0 {
+			kept = append(kept, g)
+			continue
+		}
+		r.stopGeneration(g, false)
+	}
+	clear(r.retired[len(kept):])
+	r.retired = kept
+}
+
+func (r *runLoop) stopGeneration(g *generation, cut bool) {
+	if err := g.stop(r.s.socketPath, cut); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.s.log.Warn("removing old socket", "err", err)
+	}
+}
+
+// needsRegistration reports whether the kubelet may not know the plugin:
+// never registered, dropped since, or registered with a kubelet whose
+// socket has since been created again. Which generation the kubelet is
+// connected to does not matter: an older one serves until the kubelet
+// closes its connection (see retire).
 func (r *runLoop) needsRegistration() bool {
-	if r.registered == nil || r.registered.gen != r.genID {
+	if r.registered == nil {
 		return true
 	}
 	id, err := statID(r.s.kubeletPath)
@@ -658,6 +719,7 @@ func (r *runLoop) wantRegister(ctx context.Context, reason string) {
 	r.regRunning = true
 	r.regPending = false
 	gen := r.genID
+	r.s.setStatus(func(st *Status) { st.Registering = true })
 	r.regWG.Go(func() {
 		r.regDone <- r.s.register(regCtx, gen, reason, r.kick)
 	})
@@ -668,15 +730,28 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 	r.regRunning = false
 	r.regCancel()
 	r.regCancel = nil
+	// Status shows Registering until it is known whether another
+	// registration follows this one.
+	defer func() { s.setStatus(func(st *Status) { st.Registering = r.regRunning }) }()
+	recorded := false
 	switch {
+	case res.err == nil && s.dropped(res.epoch):
+		// The kubelet ended the stream this registration opened before
+		// the Register call returned. The stream-end timer has asked for
+		// a registration meanwhile (regPending, below) or will: it
+		// registers again once the kubelet has had time to forget the
+		// connection.
+		r.registered = nil
+		s.setStatus(func(st *Status) { st.Registered = false })
+		s.log.Warn("kubelet closed the ListAndWatch stream before Register returned", "attempts", res.attempts, "reason", res.reason)
 	case res.err == nil:
-		// res.gen is the generation the kubelet actually connected; when
-		// it is older than the current one, needsRegistration says so
-		// below and the server registers again.
+		// res.gen is the generation the kubelet actually connected; an
+		// older one than the current serves it until it closes.
 		// A pending stream-end timer stays armed: the kubelet may already
 		// have dropped the stream this registration opened, and the
 		// timer's epoch check ignores it otherwise.
 		r.registered = &regRecord{gen: res.gen, kubelet: res.kubelet}
+		recorded = true
 		now := time.Now()
 		s.setStatus(func(st *Status) {
 			st.Registered, st.LastRegistered, st.LastError = true, now, nil
@@ -689,7 +764,7 @@ func (r *runLoop) registrationDone(ctx context.Context, res regResult) {
 		s.setStatus(func(st *Status) { st.Registered, st.LastError = false, res.err })
 		s.log.Error("registration with kubelet failed; waiting for kubelet.sock to be created again", "err", res.err)
 	}
-	if r.regPending || (res.err == nil && r.needsRegistration()) {
+	if r.regPending || (recorded && r.needsRegistration()) {
 		r.regPending = false
 		r.wantRegister(ctx, "")
 	}
@@ -733,12 +808,14 @@ func (r *runLoop) shutdown() {
 			t.Stop()
 		}
 	}
+	for _, g := range r.retired {
+		r.stopGeneration(g, true)
+	}
+	r.retired = nil
 	if r.gen != nil {
-		if err := r.gen.stop(r.s.socketPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.s.log.Warn("removing socket", "err", err)
-		}
+		r.stopGeneration(r.gen, true)
 		r.gen = nil
 	}
-	r.s.setStatus(func(st *Status) { st.Serving, st.Registered = false, false })
+	r.s.setStatus(func(st *Status) { st.Serving, st.Registered, st.Registering = false, false, false })
 	r.s.log.Info("device plugin stopped")
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,9 +180,6 @@ func TestKubeletRestartRegistersAgainQuickly(t *testing.T) {
 					t.Errorf("list after restart has %d devices, want 4", len(got))
 				}
 			}
-			if n := h.kubelet.refusedCount(); n != 0 {
-				t.Errorf("kubelet refused %d registrations as already connected", n)
-			}
 			if _, err := os.Stat(h.srv.SocketPath()); err != nil {
 				t.Errorf("plugin socket: %v", err)
 			}
@@ -189,30 +187,114 @@ func TestKubeletRestartRegistersAgainQuickly(t *testing.T) {
 	}
 }
 
-func TestOwnSocketRemovedServesAndRegistersAgain(t *testing.T) {
-	h := newHarness(t, nil)
+// A killed kubelet leaves kubelet.sock behind. When the next kubelet
+// replaces it after the server has looked at it but before the server
+// connects, the server registers with the new kubelet: it must know that
+// it did, and not register again while that kubelet holds the connection
+// (a real kubelet refuses that Register and is then stuck; see
+// fakeKubelet).
+func TestKubeletReplacedWhileConnectingGetsOneRegister(t *testing.T) {
+	h := newHarness(t, func(c *ServerConfig) {
+		// Retries only when kubelet.sock is created.
+		c.Backoff = backoff.Policy{Initial: time.Hour, Attempts: 2}
+	})
+	var armed atomic.Bool
+	dialing, proceed := make(chan struct{}), make(chan struct{})
+	h.srv.dial = func(ctx context.Context, path string) (net.Conn, error) {
+		if armed.CompareAndSwap(true, false) {
+			select {
+			case dialing <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return dialUnix(ctx, path)
+	}
 	h.srv.Update(testDevices())
 	h.startAndRegister()
 	recv(t, h.kubelet.lists, "initial list")
 
+	armed.Store(true)
+	h.kubelet.crash()
+	// The stream has ended: the server registers again and is about to
+	// connect to the dead kubelet's socket. The next kubelet starts now.
+	recv(t, dialing, "the server to connect to kubelet.sock")
+	h.kubelet.start(t, true)
+	close(proceed)
+	recv(t, h.kubelet.registered, "Register with the new kubelet")
+	recv(t, h.kubelet.lists, "list for the new kubelet")
+
+	waitUntil(t, "the registration to settle, or a refused Register", func() bool {
+		st := h.srv.Status()
+		return (st.Registered && !st.Registering) || h.kubelet.refusedCount() > 0
+	})
+	if n := h.kubelet.refusedCount(); n != 0 {
+		t.Fatalf("kubelet refused %d Register calls as already connected", n)
+	}
+	select {
+	case <-h.kubelet.registered:
+		t.Error("the new kubelet got a second Register")
+	default:
+	}
+}
+
+// Someone other than a restarting kubelet removes the plugin's socket. The
+// server serves a new one at the path, keeps serving the connection the
+// kubelet holds to the old one, and does not register while the kubelet
+// holds it (the kubelet would refuse: see fakeKubelet). When the kubelet
+// drops the plugin, the server registers and the kubelet connects to the
+// new socket.
+func TestOwnSocketRemovedServesAgainAndKeepsKubeletConnection(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Update(testDevices())
+	h.startAndRegister()
+	recv(t, h.kubelet.lists, "initial list")
+	old := h.kubelet.client(testEndpoint)
+	oldID, err := statID(h.srv.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	if err := os.Remove(h.srv.SocketPath()); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, h.kubelet.registered, "Register after socket removal")
-	if _, err := os.Stat(h.srv.SocketPath()); err != nil {
-		t.Fatalf("socket not served again: %v", err)
-	}
-	recv(t, h.kubelet.lists, "list from the new socket")
-	// The new socket answers.
-	resp, err := h.kubelet.client(testEndpoint).Allocate(t.Context(), &pluginapi.AllocateRequest{
-		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"dev1"}}},
+	waitUntil(t, "a new socket at the path", func() bool {
+		id, err := statID(h.srv.SocketPath())
+		return err == nil && id != oldID && h.srv.Status().Serving
 	})
-	if err != nil || len(resp.GetContainerResponses()) != 1 {
-		t.Fatalf("Allocate on new socket = %v, %v", resp, err)
-	}
 	if n := testutil.ToFloat64(h.srv.m.reregistrations.WithLabelValues(testResource, reasonSocketRemoved)); n != 1 {
 		t.Errorf("reregistrations{socket_removed} = %v, want 1", n)
 	}
+	// The kubelet's connection to the removed socket still answers.
+	resp, err := old.Allocate(t.Context(), allocReq([]string{"dev1"}))
+	if err != nil || len(resp.GetContainerResponses()) != 1 {
+		t.Fatalf("Allocate on the kubelet's connection to the removed socket = %v, %v", resp, err)
+	}
+	if st := h.srv.Status(); !st.Registered || st.Registering {
+		t.Errorf("Status = %+v, want registered and not registering", st)
+	}
+
+	if !h.kubelet.endStream(testEndpoint) {
+		t.Fatal("no endpoint to drop")
+	}
+	recv(t, h.kubelet.registered, "Register after the kubelet dropped the plugin")
+	recv(t, h.kubelet.lists, "list from the new socket")
+	resp, err = h.kubelet.client(testEndpoint).Allocate(t.Context(), allocReq([]string{"dev1"}))
+	if err != nil || len(resp.GetContainerResponses()) != 1 {
+		t.Fatalf("Allocate on the new socket = %v, %v", resp, err)
+	}
+
+	// Both gRPC servers are gone when Run returns.
+	if err := h.stop(); err != nil {
+		t.Fatalf("Run = %v, want nil after cancel", err)
+	}
+	h.kubelet.stop()
+	checkNoLeaks(t)
 }
 
 func TestKubeletEndingStreamRegistersAgain(t *testing.T) {
@@ -233,8 +315,49 @@ func TestKubeletEndingStreamRegistersAgain(t *testing.T) {
 			t.Errorf("reregistrations{stream_ended} = %v, want %d", n, i+1)
 		}
 	}
-	if n := h.kubelet.refusedCount(); n != 0 {
-		t.Errorf("kubelet refused %d registrations as already connected", n)
+}
+
+// The kubelet may drop the plugin's new connection before the Register
+// call that made it has returned. The server must not take that
+// registration's late success for a live one and stay unregistered.
+func TestKubeletDroppingStreamBeforeRegisterReturnsRegistersAgain(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.Update(testDevices())
+	h.startAndRegister()
+	recv(t, h.kubelet.lists, "initial list")
+
+	ended := func() float64 {
+		return testutil.ToFloat64(h.srv.m.reregistrations.WithLabelValues(testResource, reasonStreamEnded))
+	}
+	proceed := make(chan struct{})
+	h.kubelet.onNextReply(func(endpoint string) {
+		// Once the plugin has sent its list on the new stream, the
+		// kubelet drops it, and the server's re-registration timer for
+		// that end fires, all while this Register has not returned.
+		select {
+		case <-h.kubelet.lists:
+		case <-t.Context().Done():
+			return
+		}
+		h.kubelet.endStream(endpoint)
+		select {
+		case <-proceed:
+		case <-t.Context().Done():
+		}
+	})
+	if !h.kubelet.endStream(testEndpoint) {
+		t.Fatal("no endpoint to drop")
+	}
+	waitUntil(t, "the server to decide to register again for the second end", func() bool { return ended() == 2 })
+	close(proceed)
+	recv(t, h.kubelet.registered, "the Register whose stream was dropped")
+	recv(t, h.kubelet.registered, "Register after the dropped one")
+	waitUntil(t, "the registration to settle", func() bool {
+		st := h.srv.Status()
+		return st.Registered && !st.Registering
+	})
+	if h.kubelet.client(testEndpoint) == nil {
+		t.Error("the kubelet holds no connection to the plugin")
 	}
 }
 

@@ -11,25 +11,54 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
 // generation is one gRPC server on one incarnation of the socket. The
 // server starts a new generation whenever its socket has to be served
-// again.
+// again; an older one keeps serving the connections the kubelet made to
+// it until the kubelet closes them.
 type generation struct {
 	grpc     *grpc.Server
 	svc      *pluginService
+	conns    *connCounter
 	socketID fileID
 	done     chan struct{} // closed when Serve has returned
 	serveErr error         // Serve's error, readable after done
 }
 
+// connCounter is a gRPC stats handler that counts a generation's open
+// connections and pokes closed, without blocking, when the last one ends.
+type connCounter struct {
+	open   atomic.Int64
+	closed chan<- struct{}
+}
+
+func (c *connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c *connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c *connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (c *connCounter) HandleConn(_ context.Context, st stats.ConnStats) {
+	switch st.(type) {
+	case *stats.ConnBegin:
+		c.open.Add(1)
+	case *stats.ConnEnd:
+		if c.open.Add(-1) == 0 {
+			select {
+			case c.closed <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // startServing listens on the socket (replacing a stale one) and serves
 // the device-plugin API on it in a new goroutine that the generation's
-// stop waits for.
-func (s *Server) startServing(id int) (*generation, error) {
+// stop waits for. A value on connsClosed tells that the last connection
+// of some generation has ended.
+func (s *Server) startServing(id int, connsClosed chan<- struct{}) (*generation, error) {
 	if err := removeStaleSocket(s.socketPath); err != nil {
 		return nil, err
 	}
@@ -46,9 +75,11 @@ func (s *Server) startServing(id int) (*generation, error) {
 		ln.Close()
 		return nil, fmt.Errorf("stat own socket: %w", err)
 	}
+	conns := &connCounter{closed: connsClosed}
 	g := &generation{
-		grpc:     grpc.NewServer(grpc.WaitForHandlers(true)),
+		grpc:     grpc.NewServer(grpc.WaitForHandlers(true), grpc.StatsHandler(conns)),
 		svc:      &pluginService{s: s, gen: id},
+		conns:    conns,
 		socketID: sid,
 		done:     make(chan struct{}),
 	}
@@ -61,9 +92,15 @@ func (s *Server) startServing(id int) (*generation, error) {
 }
 
 // stop ends every RPC, waits for the handlers and the Serve goroutine,
-// and removes the socket if it is still this generation's.
-func (g *generation) stop(path string) error {
-	g.svc.stopping.Store(true)
+// and removes the socket if it is still this generation's. Streams that
+// end meanwhile count as ended by the kubelet unless cut is set: the run
+// loop stops a generation that has connections only when Run returns, and
+// otherwise only once the kubelet has closed them, when the handlers of
+// its streams may not have returned yet.
+func (g *generation) stop(path string, cut bool) error {
+	if cut {
+		g.svc.stopping.Store(true)
+	}
 	g.grpc.Stop()
 	<-g.done
 	return removeIfSame(path, g.socketID)
