@@ -2,6 +2,7 @@ package devplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -126,10 +127,10 @@ type Front struct {
 // returned closer ends the PodResources connection.
 func New(c Config) (*Front, func() error, error) {
 	if c.Engine == nil || c.Netns == nil || c.Healthy == nil || c.Registerer == nil {
-		return nil, nil, fmt.Errorf("device-plugin front end: Engine, Netns, Healthy and Registerer are required")
+		return nil, nil, errors.New("device-plugin front end: Engine, Netns, Healthy and Registerer are required")
 	}
 	if c.NRI != nil && c.OpenNetns == nil {
-		return nil, nil, fmt.Errorf("device-plugin front end: NRI needs OpenNetns")
+		return nil, nil, errors.New("device-plugin front end: NRI needs OpenNetns")
 	}
 	if err := os.MkdirAll(c.FilesDir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("state directory: %w", err)
