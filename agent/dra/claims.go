@@ -384,7 +384,6 @@ func (m *Manager) teardown(ctx context.Context, id string) error {
 // network namespace: its containers must not start.
 var ErrNotBound = errors.New("CXI services not bound to the pod's network namespace")
 
-
 // claimsOf are the UIDs of the records reserved for pod uid.
 func (m *Manager) claimsOf(uid string) []string {
 	var out []string
