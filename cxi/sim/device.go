@@ -118,6 +118,25 @@ func Open(stateDir, name string, opts Options) (*Device, error) {
 	return d, nil
 }
 
+// OpenMemory returns a simulated device name whose state lives in this
+// Device alone: the same commands, rules and state encoding as Open's,
+// without the state file, its lock or their system calls, as the kernel
+// driver holds its state in memory. Use Open where another process, or a
+// VF's Device, must see the same NIC.
+func OpenMemory(name string, opts Options) (*Device, error) {
+	if !validName.MatchString(name) {
+		return nil, fmt.Errorf("open simulated device %q: invalid name", name)
+	}
+	if opts.VF {
+		return nil, fmt.Errorf("open simulated device %s: a VF shares its PF's state file; open it with Open", name)
+	}
+	d := &Device{name: name, opts: opts, mem: new([]byte)}
+	if err := d.update(func(*state) (bool, syscall.Errno) { return false, 0 }); err != nil {
+		return nil, fmt.Errorf("open simulated device %s: %w", name, err)
+	}
+	return d, nil
+}
+
 // Name returns the device's name, for example "cxi0".
 func (d *Device) Name() string { return d.name }
 
