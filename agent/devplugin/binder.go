@@ -206,22 +206,26 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 			return err
 		}
 	}
-	created, err := b.bind(ctx, key, nics, member, handle)
+	// The container's devices are recorded with the bind, in the save
+	// that makes the pod's record durable.
+	markDevices := func(p *checkpoint.Holder) {
+		p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
+	}
+	created, err := b.bind(ctx, key, nics, member, handle, markDevices)
 	if err == nil {
 		err = b.ensureHSN(ctx, key, resource, pod, nics, handle)
 	}
 	var entry checkpoint.Holder
 	if err == nil {
-		entry, err = b.eng.Update(key, func(p *checkpoint.Holder) {
-			p.DeviceIDs[allocationRecord(container, resource)] = slices.Sorted(slices.Values(ids))
-		})
+		entry, _ = b.eng.Get(key)
 	}
 	if err != nil {
 		b.rollback(ctx, key, created, fresh)
 		return err
 	}
 	// The record and the published values do not depend on each other:
-	// write them at once, since both wait on the disk.
+	// write them at once, since both wait on the disk (the record's save
+	// writes nothing when the bind saved it all).
 	var saveErr, pubErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { saveErr = b.eng.Save() })
@@ -241,7 +245,8 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 
 // admit has the engine lease the VNI of a pod seen for the first time and
 // record it, with the service options it asks for, before any service
-// exists.
+// exists: durably where a fallback member is given at the services'
+// creation, with the bind's save where its namespace h is bound.
 func (b *binder) admit(ctx context.Context, pod *podwatch.Pod, h nsHandle) error {
 	opts, err := b.optionsFor(ctx, pod, h)
 	if err != nil {
@@ -250,14 +255,19 @@ func (b *binder) admit(ctx context.Context, pod *podwatch.Pod, h nsHandle) error
 	rec := checkpoint.Holder{Kind: checkpoint.KindPod, UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name,
 		DeviceIDs: map[string][]string{}, Options: opts}
 	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-	_, err = b.eng.Admit(ctx, rec, ref, shareKey(pod, h))
+	if h == nil {
+		_, err = b.eng.Admit(ctx, rec, ref, shareKey(pod, h))
+	} else {
+		_, err = b.eng.AdmitToBind(ctx, rec, ref, shareKey(pod, h))
+	}
 	return err
 }
 
 // bind has the engine make the pod's services on nics and bind them to
-// its namespace h, or give them the fallback member where h is nil. It
-// returns the services made in this call.
-func (b *binder) bind(ctx context.Context, key string, nics []*nic, member cxi.Member, h nsHandle) ([]checkpoint.Service, error) {
+// its namespace h, or give them the fallback member where h is nil, and
+// mark the record with the front end's fields. It returns the services
+// made in this call.
+func (b *binder) bind(ctx context.Context, key string, nics []*nic, member cxi.Member, h nsHandle, mark func(*checkpoint.Holder)) ([]checkpoint.Service, error) {
 	var fallback *cxi.Member
 	if h == nil {
 		fallback = &member
@@ -273,13 +283,13 @@ func (b *binder) bind(ctx context.Context, key string, nics []*nic, member cxi.M
 		}
 		return created, err
 	}
-	if h != nil {
-		// The handle is the engine's from here.
-		if _, err := b.eng.Bind(ctx, key, h, nil); err != nil {
-			return created, err
-		}
+	if h == nil {
+		_, err := b.eng.Update(key, mark)
+		return created, err
 	}
-	return created, nil
+	// The handle is the engine's from here.
+	_, err = b.eng.Bind(ctx, key, h, mark)
+	return created, err
 }
 
 // podMeta is a namespace handle that knows its pod's labels and

@@ -1,6 +1,7 @@
 package devplugin
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -190,4 +191,64 @@ func TestEngineCountsWhateverTheFrontEnd(t *testing.T) {
 // as the engine's: for a test to drive the driver as the engine does.
 func fabricOf(r *rig) *engine.Fabric {
 	return engine.NewFabric(r.drvs, r.engineMetrics(), nil, nil)
+}
+
+// crashingDriver stands for an agent killed at its driver call: the call
+// does not return, and nothing after it in the request runs.
+type crashingDriver struct{ engine.Driver }
+
+type crash struct{}
+
+func (crashingDriver) CreateUnbound(context.Context, cxi.ServiceSpec) (cxi.Service, error) {
+	panic(crash{})
+}
+
+// A pod's record becomes durable with the bind's save, not before it (one
+// disk flush per pod start fewer): an agent killed between its services'
+// creation and that save leaves on the driver only services admitting
+// nobody, which the start-up reconcile destroys, and no record; the
+// container's next start binds the pod as new, with the same job lease.
+func TestCrashBeforeTheBindsSaveLeavesNothingUsable(t *testing.T) {
+	dir := t.TempDir()
+	leaser := &fakeLeaser{held: map[string]uint16{}}
+	netns := fakeNetns{"uid-a": 4026532001}
+	r := newRig(t, dir, leaser, netns)
+	podA := pod("ns", "a", "uid-a", "main", dev0, dev1)
+	r.pods.set(podA)
+	// cxi0's service is made, then the agent dies making cxi1's.
+	r.drvs["cxi1"] = crashingDriver{r.drvs["cxi1"]}
+	r.useLeaser(t, leaser)
+	func() {
+		defer func() {
+			if _, ok := recover().(crash); !ok {
+				t.Fatal("the agent did not die at cxi1's create")
+			}
+		}()
+		_ = r.b.PreStart(t.Context(), res, []string{dev0, dev1})
+	}()
+	if made := r.services(t, "cxi0"); len(made) != 1 || !engine.Unbound(made[0]) {
+		t.Fatalf("before the restart, cxi0 has %+v, want one unbound service", made)
+	}
+
+	r2 := newRig(t, dir, leaser, netns)
+	r2.pods.set(podA)
+	if _, ok := r2.store.Get("ns/a"); ok {
+		t.Fatal("the pod's record was durable before its bind")
+	}
+	rep, err := r2.b.Reconcile(t.Context(), ReconcileOptions{ManagedLo: 1024, ManagedHi: 65535})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Destroyed != 1 {
+		t.Fatalf("reconcile %+v: want the unbound service destroyed", rep)
+	}
+	admitsOnlyCurrent(t, r2, "after the start-up reconcile", netns)
+	if err := r2.b.PreStart(t.Context(), res, []string{dev0, dev1}); err != nil {
+		t.Fatal(err)
+	}
+	rec := r2.record(t, "ns/a")
+	if rec.VNI != leaser.held["ns/a"] || len(rec.Services) != 2 || rec.Netns != netns["uid-a"] {
+		t.Fatalf("after the container's next start: %+v; want VNI %d, 2 services, netns %d", rec, leaser.held["ns/a"], netns["uid-a"])
+	}
+	admitsOnlyCurrent(t, r2, "after the container's next start", netns)
 }

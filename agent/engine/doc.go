@@ -7,7 +7,8 @@
 // spec and status):
 //
 //   - [Engine.Admit] leases the holder's VNI and records it durably before
-//     any service exists; [Engine.Ensure] makes one service per NIC,
+//     any service exists ([Engine.AdmitToBind]: durably with the bind that
+//     follows in the same request); [Engine.Ensure] makes one service per NIC,
 //     unbound; [Engine.Bind] binds them to a namespace its caller opened,
 //     replacing those that admit another; [Engine.Unbind],
 //     [Engine.Check] (what a container must find before it starts),
