@@ -22,13 +22,20 @@ import (
 // address once it has loaded its state.
 func Serve(tb testing.TB, cfg controller.Config) (*controller.Allocator, string) {
 	tb.Helper()
+	return ServeResolving(tb, cfg, nil)
+}
+
+// ServeResolving is Serve with res finding the pods' owners, as the
+// controller does over the Kubernetes API (nil: no pod has an owner).
+func ServeResolving(tb testing.TB, cfg controller.Config, res controller.Resolver) (*controller.Allocator, string) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "controller.db"))
 	if err != nil {
 		cancel()
 		tb.Fatal(err)
 	}
-	svc, err := controller.New(st, nil, nil, cfg)
+	svc, err := controller.New(st, res, nil, cfg)
 	if err != nil {
 		cancel()
 		_ = st.Close()
