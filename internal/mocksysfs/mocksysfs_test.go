@@ -569,6 +569,32 @@ func TestSetLinkAndRetryHandler(t *testing.T) {
 	}
 }
 
+// An hsn netdev set down changes its operstate and carrier, not the NIC's
+// own link.
+func TestSetOperState(t *testing.T) {
+	truth := write(t, Spec{NICs: 2, NUMANodes: 1})
+	n := truth.NICs[0]
+	nd := filepath.Join(truth.SysRoot, "class/net", n.NetDev)
+	link := filepath.Join(truth.SysRoot, n.ClassPath, "device/properties/link")
+	state := func() string {
+		return readFile(t, link) + readFile(t, filepath.Join(nd, "operstate")) + readFile(t, filepath.Join(nd, "carrier"))
+	}
+	for _, tc := range []struct {
+		up   bool
+		want string
+	}{{false, "1\ndown\n0\n"}, {true, "1\nup\n1\n"}} {
+		if err := SetOperState(truth.Dir, n.NetDev, tc.up); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(); got != tc.want {
+			t.Errorf("after SetOperState %v: %q, want %q", tc.up, got, tc.want)
+		}
+	}
+	if err := SetOperState(truth.Dir, "hsn9", false); err == nil {
+		t.Error("SetOperState of a netdev the tree lacks succeeded")
+	}
+}
+
 // TestWriteMaxima writes NICs whose resource maxima (num_*) are below the
 // driver's defaults, a PF and a VF, and refuses maxima of no NIC or out of
 // the 16-bit range the service descriptor has.

@@ -38,6 +38,28 @@ func SetLink(dir, nic string, up bool) error {
 	return nil
 }
 
+// SetOperState changes what the kernel shows of the netdev named netdev
+// ("hsn0") in the tree under dir when the netdev is set down or up (ip
+// link set): its operstate and carrier. The NIC's own link
+// (properties/link) is left as it is. The writes are atomic as in
+// [SetLink].
+func SetOperState(dir, netdev string, up bool) error {
+	nd, err := filepath.EvalSymlinks(filepath.Join(dir, "sys", "class", "net", netdev))
+	if err != nil {
+		return fmt.Errorf("set operstate of %s: %w", netdev, err)
+	}
+	oper, carrier := "down", "0"
+	if up {
+		oper, carrier = "up", "1"
+	}
+	for name, v := range map[string]string{"carrier": carrier, "operstate": oper} {
+		if err := atomicWrite(filepath.Join(nd, name), v+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // SetRetryHandler sets device/properties/pct_eq of the NIC named nic in the
 // tree under dir: a nonzero event queue number while the retry handler
 // runs, 0 when it does not. The write is atomic as in [SetLink].
