@@ -260,28 +260,6 @@ func TestFailedAppendFailsTheSave(t *testing.T) {
 	}
 }
 
-// A save with nothing changed since the last write costs no write (the
-// engine saves at each step that must be durable, and a step may change
-// nothing); a change after it is written by the next save.
-func TestSaveWithoutChangeWritesNothing(t *testing.T) {
-	st, path := openStore(t)
-	putPod(t, st, "a")
-	before := readFile(t, path+journalSuffix)
-	if err := st.Save(); err != nil {
-		t.Fatal(err)
-	}
-	if after := readFile(t, path+journalSuffix); after != before {
-		t.Fatalf("a save with no change appended %q", strings.TrimPrefix(after, before))
-	}
-	st.Delete("ns/a")
-	if err := st.Save(); err != nil {
-		t.Fatal(err)
-	}
-	if got := keysAt(t, path); len(got) != 0 {
-		t.Fatalf("after a delete and a save, Load = %v", got)
-	}
-}
-
 func FuzzReadJournal(f *testing.F) {
 	line, _ := marshalSeq(sample(), Version, 7)
 	f.Add(append(line, '\n'))

@@ -31,9 +31,7 @@ type Store struct {
 
 	mu    sync.Mutex // guards state and gen
 	state *State
-	// gen counts the changes to state; the writer's written is the gen
-	// its last write carried.
-	gen uint64
+	gen   uint64
 
 	w writer
 
@@ -146,7 +144,6 @@ func (s *Store) Put(h Holder) error {
 		return err
 	}
 	s.state.Holders[c.ID()] = &c
-	s.gen++
 	return nil
 }
 
@@ -166,7 +163,6 @@ func (s *Store) Update(id string, change func(*Holder)) (Holder, bool, error) {
 		return cur.Clone(), true, err
 	}
 	s.state.Holders[id] = &c
-	s.gen++
 	return c.Clone(), true, nil
 }
 
@@ -188,7 +184,6 @@ func (s *Store) ForgetReused(nic string, id uint32) []string {
 			c := h.Clone()
 			c.Services = slices.DeleteFunc(c.Services, same)
 			s.state.Holders[key] = &c
-			s.gen++
 			out = append(out, key)
 		}
 	}
@@ -199,7 +194,6 @@ func (s *Store) ForgetReused(nic string, id uint32) []string {
 func (s *Store) Delete(id string) {
 	s.mu.Lock()
 	delete(s.state.Holders, id)
-	s.gen++
 	s.mu.Unlock()
 }
 
@@ -207,9 +201,10 @@ func (s *Store) Delete(id string) {
 // (group commit): the snapshot is taken when the file is written, not
 // when Save is called, so a save whose change a write already carried
 // returns when that write is done, and an older state never overwrites a
-// newer one. A save with no change since the last write writes nothing.
+// newer one.
 func (s *Store) Save() error {
 	s.mu.Lock()
+	s.gen++
 	want := s.gen
 	s.mu.Unlock()
 
