@@ -223,12 +223,16 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 		b.rollback(ctx, key, created, fresh)
 		return err
 	}
-	// The record and the published values do not depend on each other:
-	// write them at once, since both wait on the disk (the record's save
-	// writes nothing when the bind saved it all).
+	// The bind saved the record with the container's devices, and the hsn
+	// step saves what it changes; services given a fallback member were
+	// recorded without a save. The record and the published values do not
+	// depend on each other: write them at once, since both wait on the
+	// disk.
 	var saveErr, pubErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { saveErr = b.eng.Save() })
+	if handle == nil {
+		wg.Go(func() { saveErr = b.eng.Save() })
+	}
 	wg.Go(func() { pubErr = b.publish(ids, entry, nics) })
 	wg.Wait()
 	if saveErr != nil {
