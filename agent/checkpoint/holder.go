@@ -135,6 +135,9 @@ type ClaimResult struct {
 	Request string `json:"request"`
 	Pool    string `json:"pool"`
 	Device  string `json:"device"`
+	// ShareID names the claim's share of a device many claims share
+	// (consumable capacity); "" for a device the claim has alone.
+	ShareID string `json:"shareID,omitempty"`
 }
 
 // PodID is the record key of the pod namespace/name: the key the

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/agent/cdispec"
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
@@ -216,7 +218,11 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (Record, error) {
 		if _, ok := m.nics[r.Device]; !ok {
 			return rec, fmt.Errorf("claim %s: device %s/%s is not one of this node's", rec.Key(), r.Pool, r.Device)
 		}
-		rec.Results = append(rec.Results, Result{Request: r.Request, Pool: r.Pool, Device: r.Device})
+		res := Result{Request: r.Request, Pool: r.Pool, Device: r.Device}
+		if r.ShareID != nil {
+			res.ShareID = string(*r.ShareID)
+		}
+		rec.Results = append(rec.Results, res)
 	}
 	rec.Pods = podsOf(claim)
 	cfg, err := configOf(claim, m.cfg.Driver)
@@ -334,6 +340,9 @@ func (m *Manager) devices(rec Record) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Results))
 	for i, r := range rec.Results {
 		d := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device}
+		if r.ShareID != "" {
+			d.ShareID = ptr.To(types.UID(r.ShareID))
+		}
 		if i == 0 {
 			d.CDIDeviceIDs = []string{m.cfg.CDI.DeviceName(cdiKey(rec.UID))}
 		}

@@ -72,21 +72,60 @@ func Devices(driver string, nics []NIC) []resourceapi.Device {
 			d.Attributes["hsnNetdev"] = resourceapi.DeviceAttribute{StringValue: ptr.To(n.NetDev)}
 		}
 		addPlacement(d.Attributes, n.PCIeRoot, n.NUMANode)
-		if n.Services > 0 || n.TLEs > 0 {
-			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
-			if n.Services > 0 {
-				d.Capacity["services"] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n.Services), resource.DecimalSI)}
-			}
-			if n.TLEs > 0 {
-				d.Capacity["tles"] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n.TLEs), resource.DecimalSI)}
-			}
-		}
+		addCapacity(&d, n)
 		if n.Unhealthy != "" {
 			d.Taints = []resourceapi.DeviceTaint{{Key: TaintKey(driver), Value: taintValue(n.Unhealthy), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
 		out = append(out, d)
 	}
 	return out
+}
+
+// addCapacity publishes what claims consume of the NIC. Where its free
+// services are known, the NIC is shared (allowMultipleAllocations): each
+// claim on it gets a service of its own, so the scheduler counts one of
+// `services` per claim by default and refuses a claim beyond them; a claim
+// asking for every service (capacity.requests) has the NIC to itself. TLEs
+// are consumed only where a claim asks for them. A NIC whose services are
+// unknown stays one claim's at a time. A cluster without the
+// DRAConsumableCapacity gate drops the policy and the flag, and so serves
+// each NIC to one claim at a time.
+func addCapacity(d *resourceapi.Device, n NIC) {
+	if n.Services <= 0 && n.TLEs <= 0 {
+		return
+	}
+	d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	shared := n.Services > 0
+	if shared {
+		d.AllowMultipleAllocations = ptr.To(true)
+		d.Capacity[CapacityServices] = consumable(n.Services, 1, 1)
+	}
+	if n.TLEs > 0 {
+		if shared {
+			d.Capacity[CapacityTLEs] = consumable(n.TLEs, 0, 0)
+		} else {
+			d.Capacity[CapacityTLEs] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(n.TLEs), resource.DecimalSI)}
+		}
+	}
+}
+
+// Capacities of a NIC, as claims name them in capacity.requests.
+const (
+	CapacityServices resourceapi.QualifiedName = "services"
+	CapacityTLEs     resourceapi.QualifiedName = "tles"
+)
+
+// consumable is a capacity of value of which a claim consumes def unless
+// it asks for more, from min to all of it, in whole units.
+func consumable(value, def, min int) resourceapi.DeviceCapacity {
+	q := func(v int) *resource.Quantity { return resource.NewQuantity(int64(v), resource.DecimalSI) }
+	return resourceapi.DeviceCapacity{
+		Value: *q(value),
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    q(def),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q(min), Max: q(value), Step: q(1)},
+		},
+	}
 }
 
 // addPlacement adds the standard attributes that let a claim put devices

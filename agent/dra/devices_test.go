@@ -33,6 +33,26 @@ func TestDevices(t *testing.T) {
 	if q := devs[0].Capacity["services"].Value; q.Value() != 255 {
 		t.Errorf("cxi0 services capacity = %v, want 255", q.String())
 	}
+	// cxi0's free services are known: claims share it, one service each
+	// by default, up to all of them; TLEs only where asked for.
+	if m := devs[0].AllowMultipleAllocations; m == nil || !*m {
+		t.Error("cxi0 is not shared among claims")
+	}
+	for name, want := range map[resourceapi.QualifiedName][4]int64{"services": {1, 1, 255, 1}, "tles": {0, 0, 2048, 1}} {
+		p := devs[0].Capacity[name].RequestPolicy
+		if p == nil || p.Default == nil || p.ValidRange == nil || p.ValidRange.Min == nil || p.ValidRange.Max == nil || p.ValidRange.Step == nil {
+			t.Errorf("cxi0 %s: request policy %+v, want default, min, max and step", name, p)
+			continue
+		}
+		got := [4]int64{p.Default.Value(), p.ValidRange.Min.Value(), p.ValidRange.Max.Value(), p.ValidRange.Step.Value()}
+		if got != want {
+			t.Errorf("cxi0 %s: request policy default, min, max, step = %v, want %v", name, got, want)
+		}
+	}
+	// cxi1's are not: one claim at a time, as without the gate.
+	if devs[1].AllowMultipleAllocations != nil || devs[1].Capacity != nil {
+		t.Errorf("cxi1, whose services are unknown, is shared or has capacities: %v %+v", devs[1].AllowMultipleAllocations, devs[1].Capacity)
+	}
 	if len(devs[0].Taints) != 0 {
 		t.Errorf("healthy cxi0 tainted: %+v", devs[0].Taints)
 	}

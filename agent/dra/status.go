@@ -35,7 +35,9 @@ type DeviceData struct {
 // DeviceStatus is one allocated device's entry in the claim's status.
 type DeviceStatus struct {
 	Pool, Device string
-	Data         DeviceData
+	// ShareID is the claim's share of a shared device; "" for none.
+	ShareID string
+	Data    DeviceData
 }
 
 // ClaimStatus is what is written into one claim's status.
@@ -69,9 +71,14 @@ func (a APIClaimStatus) WriteClaimStatus(ctx context.Context, st ClaimStatus) er
 		if err != nil {
 			return fmt.Errorf("claim %s/%s: device %s data: %w", st.Namespace, st.Name, d.Device, err)
 		}
-		status.WithDevices(resourceac.AllocatedDeviceStatus().
+		dev := resourceac.AllocatedDeviceStatus().
 			WithDriver(a.Driver).WithPool(d.Pool).WithDevice(d.Device).
-			WithData(runtime.RawExtension{Raw: raw}))
+			WithData(runtime.RawExtension{Raw: raw})
+		if d.ShareID != "" {
+			// The entry's key is driver, pool, device and share.
+			dev.WithShareID(d.ShareID)
+		}
+		status.WithDevices(dev)
 	}
 	ac := resourceac.ResourceClaim(st.Name, st.Namespace).WithUID(types.UID(st.UID)).WithStatus(status)
 	if _, err := a.Client.ResourceV1().ResourceClaims(st.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: a.Driver, Force: true}); err != nil {
@@ -207,7 +214,7 @@ func (m *Manager) statusOf(rec Record) ClaimStatus {
 	st := ClaimStatus{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID}
 	tcs := m.eng.TCs(rec).Names()
 	for _, r := range rec.Results {
-		d := DeviceStatus{Pool: r.Pool, Device: r.Device, Data: DeviceData{NIC: r.Device}}
+		d := DeviceStatus{Pool: r.Pool, Device: r.Device, ShareID: r.ShareID, Data: DeviceData{NIC: r.Device}}
 		for _, s := range rec.Services {
 			if s.NIC == r.Device {
 				d.Data.ServiceIDs = append(d.Data.ServiceIDs, s.ID)

@@ -1,0 +1,93 @@
+package dra
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/slingshot-k8s/slingshot/cxi/sim"
+)
+
+// sharedClaim is claim, each device a share of a NIC other claims share
+// too (consumable capacity): the scheduler names the share.
+func sharedClaim(uid, pod string, nics ...string) *resourceapi.ResourceClaim {
+	c := claim(uid, pod, "", nics...)
+	for i := range c.Status.Allocation.Devices.Results {
+		c.Status.Allocation.Devices.Results[i].ShareID = ptr.To(types.UID("share-" + uid))
+	}
+	return c
+}
+
+// Issue 34: claims of different jobs allocated shares of one NIC each get
+// a service of their own on it, with their own VNI, admitting their own
+// pod's namespace alone; each device and status entry names its share
+// (the API keys both by it), also after a restart; one claim's unprepare
+// leaves the other's service as it was.
+func TestClaimsShareANIC(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	claims := map[string]*resourceapi.ResourceClaim{
+		"a": sharedClaim("a", "train-0", "cxi0"),
+		"b": sharedClaim("b", "infer-0", "cxi0"),
+	}
+	inodes := map[string]uint32{"a": 4026531900, "b": 4026531901}
+	pods := map[string]string{"a": "train-0", "b": "infer-0"}
+	for uid, c := range claims {
+		devs, err := r.m.Prepare(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(devs) != 1 || devs[0].ShareID == nil || *devs[0].ShareID != types.UID("share-"+uid) {
+			t.Fatalf("claim %s: devices %+v, want cxi0 with its share", uid, devs)
+		}
+		if err := r.m.Bind(ctx, sandbox(pods[uid], inodes[uid])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		svcs := r.services("cxi0")
+		if len(svcs) != 2 {
+			t.Fatalf("%s: cxi0 has %d services, want one per claim: %+v", step, len(svcs), svcs)
+		}
+		vnis := map[uint16]bool{}
+		for uid := range claims {
+			rec, ok := r.get(uid)
+			if !ok || len(rec.Services) != 1 || len(rec.Results) != 1 || rec.Results[0].ShareID != "share-"+uid {
+				t.Fatalf("%s: claim %s recorded as %+v", step, uid, rec)
+			}
+			vnis[rec.VNI] = true
+			i := slices.IndexFunc(svcs, func(s sim.Service) bool { return s.Desc.SvcID == rec.Services[0].ID })
+			if i < 0 || !svcs[i].Desc.Enable || !slices.Equal(svcs[i].NetNS, []uint32{inodes[uid]}) ||
+				int(svcs[i].Desc.NumVldVNIs) != 1 || svcs[i].Desc.VNIs[0] != rec.VNI {
+				t.Fatalf("%s: claim %s's service %d: %+v; want enabled, VNI %d, admitting %d alone", step, uid, rec.Services[0].ID, svcs, rec.VNI, inodes[uid])
+			}
+			st := r.m.statusOf(rec)
+			if len(st.Devices) != 1 || st.Devices[0].ShareID != "share-"+uid || st.Devices[0].Device != "cxi0" {
+				t.Fatalf("%s: claim %s's status %+v, want cxi0's entry with its share", step, uid, st)
+			}
+		}
+		if len(vnis) != 2 {
+			t.Fatalf("%s: the claims of two jobs carry VNIs %v, want one each", step, vnis)
+		}
+	}
+	check("bound")
+	r.restart()
+	if _, err := r.m.Reconcile(ctx, 1024, 65535); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart")
+
+	if err := r.m.Unprepare(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	svcs := r.services("cxi0")
+	rec, _ := r.get("b")
+	if len(svcs) != 1 || svcs[0].Desc.SvcID != rec.Services[0].ID || !svcs[0].Desc.Enable || !slices.Equal(svcs[0].NetNS, []uint32{inodes["b"]}) {
+		t.Fatalf("after claim a's unprepare, cxi0 has %+v; want claim b's service alone, as it was", svcs)
+	}
+}
