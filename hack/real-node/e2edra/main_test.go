@@ -24,9 +24,9 @@ var (
 	env *cluster.Env
 )
 
-// nics is the mock node's NIC count: a Job of two pods holding one each
-// leaves two for the pods a test makes beside it (a NIC is one device, one
-// claim at a time).
+// nics is the mock node's NIC count. Claims share a NIC (consumable
+// capacity), each with a service of its own, up to the NIC's free
+// services.
 const nics = 4
 
 // lostClaimGrace is the agent's --dra-lost-claim-grace on this node.
