@@ -61,6 +61,7 @@ require (
 	k8s.io/cli-runtime v0.37.1
 	k8s.io/client-go v0.37.1
 	k8s.io/cri-api v0.37.1
+	k8s.io/kubelet v0.37.1
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -251,7 +252,6 @@ require (
 	k8s.io/kube-proxy v0.0.0 // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.37.0 // indirect
-	k8s.io/kubelet v0.37.1 // indirect
 	k8s.io/kubernetes v1.37.1 // indirect
 	k8s.io/metrics v0.37.1 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
