@@ -271,7 +271,7 @@ REAL_NODE_DIR := hack/real-node
 K8S_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.1 \
   -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
   -X k8s.io/component-base/version.gitTreeState=clean
-.PHONY: e2e-node e2e-node-dra e2e-node-multi bench-node-dra demo-node real-node-bin real-node-deps
+.PHONY: e2e-node e2e-node-dra e2e-node-multi bench-node-dra bench-node-shared demo-node real-node-bin real-node-deps
 e2e-node: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) -v ./e2e $(E2E_NODE_FLAGS)
@@ -347,6 +347,15 @@ bench-node-dra: real-node-bin
 	cd $(REAL_NODE_DIR) && for api in deviceplugin dra; do \
 	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) ./e2edra -run '^$$' -bench AllocatedToStarted \
 	    -benchtime $(BENCH_NODE_PODS)x -args -node-api=$$api || exit 1; done
+
+## bench-node-shared: 32 pods made at once on the real node's 4 NICs, each with
+## a NIC: claims sharing the NICs (DRA) beside hpe.com/cxi: 1 on the device
+## plugin's shares; creation to running p50/p95/max per pod, and until all
+## run (hack/real-node/e2edra, BenchmarkSharedNICsStart).
+bench-node-shared: real-node-bin
+	cd $(REAL_NODE_DIR) && for api in deviceplugin dra; do \
+	  $(GO) test -count=1 -timeout $(E2E_NODE_TIMEOUT) ./e2edra -run '^$$' -bench SharedNICsStart \
+	    -benchtime 1x -args -node-api=$$api || exit 1; done
 
 ## demo-node: the same node, left running with the project installed, for a
 ## person to explore with kubectl; Ctrl-C tears it down and removes its root.

@@ -121,3 +121,85 @@ func waitPodAndClaimsGone(ctx context.Context, pod *corev1.Pod) error {
 	}
 	return nil
 }
+
+// sharedPods is how many pods BenchmarkSharedNICsStart starts at once on
+// the node's 4 NICs (issue 34: 8 per NIC).
+const sharedPods = 32
+
+// BenchmarkSharedNICsStart: 32 pods made at once, each with a NIC (a claim
+// of its own from a template, shared NICs; or hpe.com/cxi: 1 with
+// -node-api=deviceplugin, the NICs' device-plugin shares), on the node's
+// 4 NICs: from each pod's creation to its container running, p50, p95
+// and the maximum, and until all run. Run with
+//
+//	go test ./e2edra -run '^$' -bench SharedNICsStart -benchtime 1x -args -node-api=dra
+func BenchmarkSharedNICsStart(b *testing.B) {
+	ctx := b.Context()
+	ns, err := env.NewNamespace(ctx, "bench-shared")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.DeleteNamespace(context.WithoutCancel(ctx), ns)
+	tmpl := cluster.Job("x", 1, 1).Spec.Template
+	if *apiFlag == cluster.APIDRA {
+		if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("nic", 1, "pod"), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		tmpl = cluster.Job("x", 1, 0).Spec.Template
+		cluster.WithClaimTemplate(&tmpl.Spec, "nic")
+	}
+	sw, err := env.WatchStarts(ctx, ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sw.Close()
+	pods := env.Node.Client.CoreV1().Pods(ns)
+	var took, all []time.Duration
+	for i := 0; b.Loop(); i++ {
+		created := map[string]time.Time{}
+		for j := range sharedPods {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r%d-p%d", i, j)}, Spec: *tmpl.Spec.DeepCopy()}
+			created[pod.Name] = time.Now()
+			if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var last time.Duration
+		var made []*corev1.Pod
+		for name, at := range created {
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			_, started, err := sw.Wait(wctx, name)
+			cancel()
+			if err != nil {
+				b.Fatalf("pod %s: %v\n%s", name, err, env.Describe(ctx))
+			}
+			took = append(took, started.Sub(at))
+			last = max(last, started.Sub(at))
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			made = append(made, p)
+		}
+		all = append(all, last)
+		for _, p := range made {
+			if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, p := range made {
+			if err := waitPodAndClaimsGone(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	slices.Sort(took)
+	p := func(q float64) time.Duration { return took[min(len(took)-1, int(q*float64(len(took))))] }
+	b.ReportMetric(float64(p(0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p(0.95).Microseconds())/1000, "p95-ms")
+	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(slices.Max(all).Microseconds())/1000, "all-running-ms")
+	b.ReportMetric(0, "ns/op")
+	fmt.Printf("created→running, api %s, %d pods at once on %d NICs: p50 %s, p95 %s, max %s\n", *apiFlag, sharedPods, nics,
+		p(0.50).Round(time.Millisecond), p(0.95).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}
