@@ -48,7 +48,9 @@ func (b *binder) Reconcile(ctx context.Context, opts ReconcileOptions) (reconcil
 	if err != nil {
 		return rep, err
 	}
-	for _, entry := range b.eng.Holders(checkpoint.KindPod) {
+	holders := b.eng.Holders(checkpoint.KindPod)
+	lost.Sort(holders)
+	for _, entry := range holders {
 		key := entry.ID()
 		unlock := b.eng.Lock(key)
 		if entry, ok := b.eng.Get(key); ok && b.gone(entry) {
@@ -56,7 +58,7 @@ func (b *binder) Reconcile(ctx context.Context, opts ReconcileOptions) (reconcil
 				rep.CleanedPods++
 			}
 		} else if ok {
-			b.revive(ctx, entry, lost[key], &rep)
+			b.revive(ctx, entry, lost.NICs[key], &rep)
 		}
 		unlock()
 	}

@@ -655,10 +655,13 @@ type ReconcileReport struct {
 // record names are the engine's orphans. A failed read destroys nothing.
 func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport, error) {
 	var rep ReconcileReport
-	if _, err := m.eng.ForgetLost(ctx); err != nil {
+	lost, err := m.eng.ForgetLost(ctx)
+	if err != nil {
 		return rep, err
 	}
-	for _, rec := range m.Records() {
+	recs := m.Records()
+	lost.Sort(recs)
+	for _, rec := range recs {
 		unlock := m.eng.Lock(rec.ID())
 		if rec.Unpreparing {
 			if err := m.teardown(ctx, rec.ID()); err != nil {

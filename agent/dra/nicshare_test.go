@@ -91,3 +91,46 @@ func TestClaimsShareANIC(t *testing.T) {
 		t.Fatalf("after claim a's unprepare, cxi0 has %+v; want claim b's service alone, as it was", svcs)
 	}
 }
+
+// Claims sharing a NIC lose their services in a driver reload while the
+// agent is down; their containers, started meanwhile, name the old IDs. At
+// start the services are made again in the order of those IDs, so that
+// the driver's lowest-free allocation gives each claim the ID it had (made
+// in the claims' own order, the IDs would have changed hands).
+func TestDriverReloadRemakesSharedServicesWithTheirIDs(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	inodes := map[string]uint32{"a": 4026531900, "b": 4026531901, "c": 4026531902}
+	// Prepared in the reverse of the claims' order: c has the lowest ID.
+	for _, uid := range []string{"c", "b", "a"} {
+		if _, err := r.m.Prepare(ctx, sharedClaim(uid, "job"+uid+"-0", "cxi0")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.m.Bind(ctx, sandbox("job"+uid+"-0", inodes[uid])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	had := map[string]uint32{}
+	for uid := range inodes {
+		rec, _ := r.get(uid)
+		had[uid] = rec.Services[0].ID
+	}
+	if !(had["c"] < had["b"] && had["b"] < had["a"]) {
+		t.Fatalf("service IDs %v: want c's lowest, then b's, then a's", had)
+	}
+	for _, s := range r.services("cxi0") {
+		if err := r.drv["cxi0"].Destroy(ctx, s.Desc.SvcID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.restart()
+	if _, err := r.m.Reconcile(ctx, 1024, 65535); err != nil {
+		t.Fatal(err)
+	}
+	for uid, id := range had {
+		rec, _ := r.get(uid)
+		if len(rec.Services) != 1 || rec.Services[0].ID != id {
+			t.Errorf("claim %s: services %+v after the reload, want ID %d again", uid, rec.Services, id)
+		}
+	}
+}

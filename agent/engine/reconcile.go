@@ -15,14 +15,14 @@ import (
 // driver reload, a reboot: [Listing.Lost]) before anything is made at a
 // start, so that the teardown of a gone holder or the check of a live one
 // never destroys another's new service on a reused ID. It returns, by
-// holder, the NICs whose services were lost, to be made again. A failed
-// listing changes nothing.
-func (e *Engine) ForgetLost(ctx context.Context) (map[string][]string, error) {
+// holder, the NICs whose services were lost, to be made again, and the
+// order to make them in ([Lost.Sort]). A failed listing changes nothing.
+func (e *Engine) ForgetLost(ctx context.Context) (Lost, error) {
+	lost := Lost{NICs: map[string][]string{}, first: map[string]uint32{}}
 	driver, err := e.fab.ListAll(ctx)
 	if err != nil {
-		return nil, err
+		return lost, err
 	}
-	lost := map[string][]string{}
 	for _, h := range e.store.All() {
 		vnis := h.Options.VNIs(h.VNI)
 		gone := func(s checkpoint.Service) bool { return driver.Lost(s.NIC, s.ID, vnis) }
@@ -30,6 +30,9 @@ func (e *Engine) ForgetLost(ctx context.Context) (map[string][]string, error) {
 		for _, s := range h.Services {
 			if gone(s) {
 				nics = append(nics, s.NIC)
+				if f, ok := lost.first[h.ID()]; !ok || s.ID < f {
+					lost.first[h.ID()] = s.ID
+				}
 			}
 		}
 		if len(nics) == 0 {
@@ -39,12 +42,42 @@ func (e *Engine) ForgetLost(ctx context.Context) (map[string][]string, error) {
 		_, err := e.Update(h.ID(), func(r *checkpoint.Holder) { r.Services = slices.DeleteFunc(r.Services, gone) })
 		unlock()
 		if err != nil {
-			return nil, fmt.Errorf("forget the services the driver lost: %w", err)
+			return lost, fmt.Errorf("forget the services the driver lost: %w", err)
 		}
-		lost[h.ID()] = nics
+		lost.NICs[h.ID()] = nics
 		e.log.Info("the driver lost services of a holder; they are made again", "holder", h.String(), "nics", nics)
 	}
 	return lost, nil
+}
+
+// Lost is what [Engine.ForgetLost] dropped.
+type Lost struct {
+	// NICs are, by holder, the NICs whose services the driver lost.
+	NICs map[string][]string
+	// first is, by holder, the lowest ID of its lost services.
+	first map[string]uint32
+}
+
+// Sort orders holders for the reconcile: those whose services are made
+// again first, by the lowest ID each had, the others after them in their
+// order. After a driver reload, which loses every service, the driver
+// hands out the lowest free IDs again, so the services made again get the
+// IDs they had where it can: those the environment of containers that
+// started while the agent was down names.
+func (l Lost) Sort(holders []checkpoint.Holder) {
+	slices.SortStableFunc(holders, func(a, b checkpoint.Holder) int {
+		fa, la := l.first[a.ID()]
+		fb, lb := l.first[b.ID()]
+		switch {
+		case la && lb:
+			return int(fa) - int(fb)
+		case la:
+			return -1
+		case lb:
+			return 1
+		}
+		return 0
+	})
 }
 
 // Revival is what [Engine.Revive] did with a live holder's services.
