@@ -112,7 +112,9 @@ func TestDRAClaimsShareNICs(t *testing.T) {
 	t.Logf("whole NICs held: %v", whole)
 
 	// Nothing is left for one more claim: Pending, with the reason.
-	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, cluster.ClaimJob("beyond", 1, "nic"), metav1.CreateOptions{}); err != nil {
+	beyond := cluster.ClaimJob("beyond", 1, "nic")
+	env.WithServiceCheck(&beyond.Spec.Template.Spec)
+	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, beyond, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	why, err := waitUnschedulable(ctx, ns, "e2e-job=beyond")
