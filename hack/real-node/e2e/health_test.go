@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
 // healthWithin is how soon a NIC's netdev going down or up must reach the
@@ -30,11 +27,10 @@ const healthWithin = 2 * time.Second
 // own, beside the kubelet's, which the agent keeps serving.
 func TestLinkEventReachesListAndWatchWithin2s(t *testing.T) {
 	ctx := t.Context()
-	i := slices.IndexFunc(env.Machine.NICs, func(n mocksysfs.NIC) bool { return !n.VF && n.NetDev != "" })
-	if i < 0 {
-		t.Fatal("the mock machine has no NIC with an hsn netdev")
+	nic, err := env.NICWithNetdev()
+	if err != nil {
+		t.Fatal(err)
 	}
-	nic := env.Machine.NICs[i]
 	lists, err := watchDevices(ctx, t)
 	if err != nil {
 		t.Fatal(err)
@@ -55,40 +51,29 @@ func TestLinkEventReachesListAndWatchWithin2s(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no list on the agent's ListAndWatch")
 	}
-	t.Cleanup(func() {
-		_ = mocksysfs.SetOperState(env.Machine.Dir, nic.NetDev, true)
-		_ = exec.Command("ip", "link", "set", nic.NetDev, "up").Run()
-	})
-	for round := 1; round <= 2; round++ {
-		for _, up := range []bool{false, true} {
-			state := map[bool]string{false: "down", true: "up"}[up]
-			if err := mocksysfs.SetOperState(env.Machine.Dir, nic.NetDev, up); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			if out, err := exec.CommandContext(ctx, "ip", "link", "set", nic.NetDev, state).CombinedOutput(); err != nil {
-				t.Fatalf("ip link set %s %s: %v: %s", nic.NetDev, state, err, out)
-			}
-			deadline := time.After(10 * time.Second)
-		wait:
-			for {
-				select {
-				case l := <-lists:
-					ids, healthy := ofNIC(l)
-					if len(ids) > 0 && !slices.Contains(healthy, !up) {
-						break wait
-					}
-				case <-deadline:
-					t.Fatalf("round %d: %s set %s: %s's devices not %s on ListAndWatch after 10 s", round, nic.NetDev, state, nic.Name,
-						map[bool]string{true: "Healthy", false: "Unhealthy"}[up])
+	took, err := env.FlapNetdev(ctx, nic.NetDev, 2, func(ctx context.Context, up bool) error {
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case l := <-lists:
+				if ids, healthy := ofNIC(l); len(ids) > 0 && !slices.Contains(healthy, !up) {
+					return nil
 				}
+			case <-deadline:
+				return fmt.Errorf("%s's devices not all Healthy=%v on ListAndWatch after 10 s", nic.Name, up)
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			took := time.Since(start)
-			t.Logf("round %d: %s set %s: %s's devices %s on ListAndWatch after %v", round, nic.NetDev, state, nic.Name,
-				map[bool]string{true: "Healthy", false: "Unhealthy"}[up], took.Round(time.Millisecond))
-			if took > healthWithin {
-				t.Errorf("round %d: %s set %s reached ListAndWatch after %v, want within %v", round, nic.NetDev, state, took, healthWithin)
-			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range took {
+		state := map[bool]string{false: "down, devices Unhealthy", true: "up, devices Healthy"}[i%2 == 1]
+		t.Logf("round %d: %s %s on ListAndWatch after %v", i/2+1, nic.NetDev, state, d.Round(time.Millisecond))
+		if d > healthWithin {
+			t.Errorf("round %d: %s %s after %v, want within %v", i/2+1, nic.NetDev, state, d, healthWithin)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package e2edra
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
-	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 )
 
 // healthWithin is how soon a NIC's netdev going down or up must show on its
@@ -31,41 +29,28 @@ func TestDRALinkEventTaintsDeviceWithin2s(t *testing.T) {
 	if _, err := env.WaitResourceSlices(ctx, env.PhysicalNICs()); err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(env.Machine.NICs, func(n mocksysfs.NIC) bool { return !n.VF && n.NetDev != "" })
-	if i < 0 {
-		t.Fatal("the mock machine has no NIC with an hsn netdev")
+	nic, err := env.NICWithNetdev()
+	if err != nil {
+		t.Fatal(err)
 	}
-	nic := env.Machine.NICs[i]
-	t.Cleanup(func() {
-		_ = mocksysfs.SetOperState(env.Machine.Dir, nic.NetDev, true)
-		_ = exec.Command("ip", "link", "set", nic.NetDev, "up").Run()
+	took, err := env.FlapNetdev(ctx, nic.NetDev, 2, func(ctx context.Context, up bool) error {
+		return waitTainted(ctx, nic.Name, !up, 10*time.Second)
 	})
-	for round := 1; round <= 2; round++ {
-		for _, up := range []bool{false, true} {
-			state := map[bool]string{false: "down", true: "up"}[up]
-			if err := mocksysfs.SetOperState(env.Machine.Dir, nic.NetDev, up); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			if out, err := exec.CommandContext(ctx, "ip", "link", "set", nic.NetDev, state).CombinedOutput(); err != nil {
-				t.Fatalf("ip link set %s %s: %v: %s", nic.NetDev, state, err, out)
-			}
-			took, err := waitTainted(ctx, nic.Name, !up, start, 10*time.Second)
-			if err != nil {
-				t.Fatalf("round %d, %s set %s: %v\n%s", round, nic.NetDev, state, err, env.Describe(ctx))
-			}
-			t.Logf("round %d: %s set %s: device %s %s after %v", round, nic.NetDev, state, nic.Name,
-				map[bool]string{true: "untainted", false: "tainted"}[up], took.Round(time.Millisecond))
-			if took > healthWithin {
-				t.Errorf("round %d: %s set %s showed on device %s after %v, want within %v", round, nic.NetDev, state, nic.Name, took, healthWithin)
-			}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, env.Describe(ctx))
+	}
+	for i, d := range took {
+		state := map[bool]string{false: "down, device tainted", true: "up, device untainted"}[i%2 == 1]
+		t.Logf("round %d: %s %s %s after %v", i/2+1, nic.NetDev, state, nic.Name, d.Round(time.Millisecond))
+		if d > healthWithin {
+			t.Errorf("round %d: %s %s after %v, want within %v", i/2+1, nic.NetDev, state, d, healthWithin)
 		}
 	}
 }
 
 // waitTainted waits until device's unhealthy taint is there (tainted) or
-// not in the node's ResourceSlices, and returns how long after since.
-func waitTainted(ctx context.Context, device string, tainted bool, since time.Time, limit time.Duration) (time.Duration, error) {
+// not in the node's ResourceSlices, for up to limit.
+func waitTainted(ctx context.Context, device string, tainted bool, limit time.Duration) error {
 	key := cluster.DRADriver + "/unhealthy" // agent/dra.TaintKey
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
 		rs, err := env.ResourceSlices(ctx)
@@ -82,5 +67,5 @@ func waitTainted(ctx context.Context, device string, tainted bool, since time.Ti
 		}
 		return false, nil
 	})
-	return time.Since(since), err
+	return err
 }

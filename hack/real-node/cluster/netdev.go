@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"time"
+
+	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
+)
+
+// NICWithNetdev is the first physical NIC of the mock machine with an hsn
+// netdev, a real veth of the node.
+func (e *Env) NICWithNetdev() (mocksysfs.NIC, error) {
+	i := slices.IndexFunc(e.Machine.NICs, func(n mocksysfs.NIC) bool { return !n.VF && n.NetDev != "" })
+	if i < 0 {
+		return mocksysfs.NIC{}, errors.New("the mock machine has no NIC with an hsn netdev")
+	}
+	return e.Machine.NICs[i], nil
+}
+
+// SetNetdev sets the node's hsn netdev down or up with ip link, as an
+// admin would, the mock sysfs tree showing what the kernel then shows
+// (operstate and carrier) a moment before: the kernel changes them before
+// it sends the link event the agent reacts to.
+func (e *Env) SetNetdev(ctx context.Context, netdev string, up bool) error {
+	if err := mocksysfs.SetOperState(e.Machine.Dir, netdev, up); err != nil {
+		return err
+	}
+	state := "down"
+	if up {
+		state = "up"
+	}
+	if out, err := exec.CommandContext(ctx, "ip", "link", "set", netdev, state).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link set %s %s: %w: %s", netdev, state, err, out)
+	}
+	return nil
+}
+
+// FlapNetdev sets netdev down, then up, rounds times (SetNetdev), and
+// after each change calls shown, which returns once the change shows
+// where the caller looks (up: whether the netdev is up now). It returns
+// how long each change took to show, from its start, in order: down, up,
+// down, ... The netdev is left up, also on an error.
+func (e *Env) FlapNetdev(ctx context.Context, netdev string, rounds int, shown func(ctx context.Context, up bool) error) ([]time.Duration, error) {
+	defer func() { _ = e.SetNetdev(context.WithoutCancel(ctx), netdev, true) }()
+	var took []time.Duration
+	for round := 1; round <= rounds; round++ {
+		for _, up := range []bool{false, true} {
+			start := time.Now()
+			if err := e.SetNetdev(ctx, netdev, up); err != nil {
+				return took, err
+			}
+			if err := shown(ctx, up); err != nil {
+				return took, fmt.Errorf("round %d, %s set up=%v: %w", round, netdev, up, err)
+			}
+			took = append(took, time.Since(start))
+		}
+	}
+	return took, nil
+}
