@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -70,7 +71,7 @@ func (l Lost) Sort(holders []checkpoint.Holder) {
 		fb, lb := l.first[b.ID()]
 		switch {
 		case la && lb:
-			return int(fa) - int(fb)
+			return cmp.Compare(fa, fb)
 		case la:
 			return -1
 		case lb:
