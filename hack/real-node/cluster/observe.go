@@ -169,6 +169,19 @@ type Process struct {
 	Env   map[string]string
 }
 
+// ReportedServices are the services rep reports for the pod key
+// ("namespace/name"): the device plugin names its services by the pod
+// they serve.
+func ReportedServices(rep *inspect.Report, key string) []inspect.Service {
+	var out []inspect.Service
+	for _, s := range rep.Services {
+		if s.Pod == key {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // PodProcesses lists the processes in the cgroups of the pod with the
 // given UID (the kubelet's cgroupfs layout: .../pod<uid>/<container>),
 // pause included.

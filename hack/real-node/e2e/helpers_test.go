@@ -47,11 +47,7 @@ func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 			v.HSN = p.HSN
 		}
 	}
-	for _, s := range rep.Services {
-		if s.Pod == v.Key {
-			v.Services = append(v.Services, s)
-		}
-	}
+	v.Services = cluster.ReportedServices(rep, v.Key)
 	return v
 }
 

@@ -124,10 +124,8 @@ func TestHostNetworkRefused(t *testing.T) {
 				t.Errorf("pod %s: container started: %+v", p.Name, cs.State)
 			}
 		}
-		for _, s := range rep.Services {
-			if s.Pod == p.Namespace+"/"+p.Name {
-				t.Errorf("pod %s: service %s/%d exists (members %v)", p.Name, s.NIC, s.ID, s.Members)
-			}
+		for _, s := range cluster.ReportedServices(rep, p.Namespace+"/"+p.Name) {
+			t.Errorf("pod %s: service %s/%d exists (members %v)", p.Name, s.NIC, s.ID, s.Members)
 		}
 	}
 }

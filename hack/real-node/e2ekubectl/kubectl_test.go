@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 	"github.com/slingshot-k8s/slingshot/kubectlplugin"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,12 +90,7 @@ func TestKubectlSlingshot(t *testing.T) {
 			t.Fatalf("decode %q: %v", out, err)
 		}
 		// The agent's own view of the pod's services, read on the node.
-		var want []inspect.Service
-		for _, s := range rep.Services {
-			if s.Pod == ns+"/"+p.Name {
-				want = append(want, s)
-			}
-		}
+		want := cluster.ReportedServices(rep, ns+"/"+p.Name)
 		switch {
 		case v.VNI != lease.VNI || v.Scope != "job" || v.Node != env.Node.Name:
 			t.Errorf("pod %s: VNI %d scope %s node %s, want the Job's %d, job, %s", p.Name, v.VNI, v.Scope, v.Node, lease.VNI, env.Node.Name)

@@ -25,11 +25,7 @@ type podView struct {
 func viewPod(t *testing.T, p corev1.Pod, rep *inspect.Report) podView {
 	t.Helper()
 	v := podView{PodView: env.ViewPod(t, p)}
-	for _, s := range rep.Services {
-		if s.Pod == v.Key {
-			v.Services = append(v.Services, s)
-		}
-	}
+	v.Services = cluster.ReportedServices(rep, v.Key)
 	return v
 }
 
