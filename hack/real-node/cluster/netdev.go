@@ -44,16 +44,20 @@ func (e *Env) SetNetdev(ctx context.Context, netdev string, up bool) error {
 // where the caller looks (up: whether the netdev is up now). It returns
 // how long each change took to show, from its start, in order: down, up,
 // down, ... The netdev is left up, also on an error.
-func (e *Env) FlapNetdev(ctx context.Context, netdev string, rounds int, shown func(ctx context.Context, up bool) error) ([]time.Duration, error) {
-	defer func() { _ = e.SetNetdev(context.WithoutCancel(ctx), netdev, true) }()
-	var took []time.Duration
+func (e *Env) FlapNetdev(ctx context.Context, netdev string, rounds int, shown func(ctx context.Context, up bool) error) (took []time.Duration, err error) {
+	defer func() {
+		// A netdev left down would fail the tests after this one.
+		if rerr := e.SetNetdev(context.WithoutCancel(ctx), netdev, true); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("set %s up again: %w", netdev, rerr))
+		}
+	}()
 	for round := 1; round <= rounds; round++ {
 		for _, up := range []bool{false, true} {
 			start := time.Now()
-			if err := e.SetNetdev(ctx, netdev, up); err != nil {
+			if err = e.SetNetdev(ctx, netdev, up); err != nil {
 				return took, err
 			}
-			if err := shown(ctx, up); err != nil {
+			if err = shown(ctx, up); err != nil {
 				return took, fmt.Errorf("round %d, %s set up=%v: %w", round, netdev, up, err)
 			}
 			took = append(took, time.Since(start))
