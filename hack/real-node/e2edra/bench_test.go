@@ -78,11 +78,7 @@ func BenchmarkAllocatedToStarted(b *testing.B) {
 func benchSetup(b *testing.B, prefix string) (string, corev1.PodTemplateSpec, *cluster.StartWatch) {
 	b.Helper()
 	ctx := b.Context()
-	ns, err := env.NewNamespace(ctx, prefix)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = env.DeleteNamespace(context.WithoutCancel(ctx), ns) })
+	ns := env.TestNamespace(b, prefix)
 	tmpl := cluster.Job("x", 1, 1).Spec.Template
 	if *apiFlag == cluster.APIDRA {
 		if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("nic", 1, "pod"), metav1.CreateOptions{}); err != nil {
