@@ -75,7 +75,8 @@ type parts struct {
 	ready      atomic.Bool
 	dsvc       *defaultServiceGuard
 	ipam       *ipam.Allocator
-	ipamSrv    *http.Server // nil without --ipam-socket
+	store      *checkpoint.Store // the record, which the engine alone changes once made
+	ipamSrv    *http.Server      // nil without --ipam-socket
 	ipamLis    net.Listener
 
 	// kube is the Kubernetes API, nil with --no-kube; events writes the
@@ -108,7 +109,7 @@ func build(ctx context.Context, opts Options, logger *slog.Logger) (*parts, erro
 	if opts.API == APIDRA {
 		front = a.buildDRA
 	}
-	steps := []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildState, a.buildIPAM, front, a.buildServing}
+	steps := []func(context.Context) error{a.buildBase, a.buildKube, a.buildNICs, a.buildState, a.buildIPAM, a.buildEngine, front, a.buildServing}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return a, err
@@ -281,10 +282,6 @@ func (a *parts) buildPlugin(context.Context) error {
 			return err
 		}
 	}
-	var addrs devplugin.AddressAllocator
-	if a.ipam != nil {
-		addrs = a.ipam
-	}
 	var state *nri.State
 	if a.opts.DevicePluginNRI {
 		gauge := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -300,7 +297,7 @@ func (a *parts) buildPlugin(context.Context) error {
 		Node: a.opts.NodeName, Settings: a.cfg, Engine: a.eng, NICs: a.served,
 		DevRoot: a.opts.DevRoot, SysfsRoot: a.opts.SysfsRoot, ProcRoot: a.opts.ProcRoot, KubeletDir: a.opts.KubeletDir,
 		FilesDir: filepath.Join(a.opts.StateDir, "containers"), CDI: a.cdi,
-		Netns: handles{a.netns}, Annotations: read, Addrs: addrs, NRI: state, OpenNetns: a.openHostNetns,
+		Netns: handles{a.netns}, Annotations: read, NRI: state, OpenNetns: a.openHostNetns,
 		Jobs:      func() *jobpolicy.Policy { return a.pol.Load().jobs },
 		Healthy:   a.inv.healthy,
 		Reconcile: devplugin.ReconcileOptions{CleanManaged: a.opts.CleanManaged, ManagedLo: a.managedLo, ManagedHi: a.managedHi},
@@ -364,9 +361,22 @@ func (a *parts) buildState(ctx context.Context) error {
 	client.RestorePodVNIs(localVNIs(store.Snapshot()))
 	a.client = client
 	store.OnWriteError(func(error) { a.m.checkpointErrors.Inc() })
+	a.store = store
+	return nil
+}
+
+// buildEngine makes the engine over the record, the NICs, the controller
+// client and the address allocator, which its holders' hsn interfaces
+// take their addresses from.
+func (a *parts) buildEngine(context.Context) error {
+	var addrs engine.AddressAllocator
+	if a.ipam != nil {
+		addrs = a.ipam
+	}
+	var err error
 	a.eng, err = engine.New(engine.Config{
-		Node: a.opts.NodeName, Store: store, NICs: a.nics, Leaser: timedLeaser{Leaser: client, m: a.m},
-		Metrics: a.m.engine(), Pins: a.pinner(),
+		Node: a.opts.NodeName, Store: a.store, NICs: a.nics, Leaser: timedLeaser{Leaser: a.client, m: a.m},
+		Metrics: a.m.engine(), Pins: a.pinner(), Addrs: addrs,
 		Defaults: func() engine.Defaults { return a.pol.Load().defaults },
 		Events:   a.events, Log: a.logger.With("component", "engine"), Now: time.Now,
 	})

@@ -48,13 +48,13 @@ type metrics struct {
 // engine is the part of the metrics the bind engine counts, in both front
 // ends.
 func (m *metrics) engine() engine.Metrics {
-	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices, Teardown: m.cleanupLatency}
+	return engine.Metrics{ServiceErrors: m.serviceErrors, Stuck: m.stuckServices, Teardown: m.cleanupLatency, HSNErrors: m.hsnErrors}
 }
 
 // plugin is the part of the metrics the device-plugin front end counts;
 // they are registered in both modes.
 func (m *metrics) plugin() devplugin.Metrics {
-	return devplugin.Metrics{PreStart: m.preStart, HSNErrors: m.hsnErrors, Nudges: m.kubeletNudges,
+	return devplugin.Metrics{PreStart: m.preStart, Nudges: m.kubeletNudges,
 		PodLists: m.podLists, ListLatency: m.podListLatency}
 }
 

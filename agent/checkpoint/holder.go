@@ -69,6 +69,10 @@ type Holder struct {
 	// the moment its address is allocated until it is removed and the
 	// address released.
 	HSN *HSNLink `json:"hsn,omitempty"`
+	// MoreHSN are the pod's interfaces on its other NICs (multi-rail),
+	// after HSN: kept apart so that an agent of before multi-rail, rolled
+	// back to, still knows the first.
+	MoreHSN []HSNLink `json:"moreHSN,omitempty"`
 
 	// DRA's claim.
 	//
@@ -176,6 +180,25 @@ func (h *Holder) Service(nic string) (Service, bool) {
 	return h.Services[i], true
 }
 
+// HSNLinks are the holder's hsn interfaces, in the order they were
+// named.
+func (h *Holder) HSNLinks() []HSNLink {
+	if h.HSN == nil {
+		return nil
+	}
+	return append([]HSNLink{*h.HSN}, h.MoreHSN...)
+}
+
+// SetHSNLinks records links as the holder's hsn interfaces.
+func (h *Holder) SetHSNLinks(links []HSNLink) {
+	h.HSN, h.MoreHSN = nil, nil
+	if len(links) > 0 {
+		first := links[0]
+		h.HSN = &first
+		h.MoreHSN = slices.Clone(links[1:])
+	}
+}
+
 // Clone returns a deep copy of h.
 func (h *Holder) Clone() Holder {
 	c := *h
@@ -200,6 +223,7 @@ func (h *Holder) Clone() Holder {
 		l := *h.HSN
 		c.HSN = &l
 	}
+	c.MoreHSN = slices.Clone(h.MoreHSN)
 	c.Pods = slices.Clone(h.Pods)
 	c.Results = slices.Clone(h.Results)
 	return c

@@ -3,8 +3,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,6 +85,14 @@ type HSNInterface struct {
 	Pool string `json:"pool"`
 	// MTU of the interface; 0 keeps the parent's.
 	MTU int `json:"mtu,omitempty"`
+	// AllNICs gives a pod an interface on every NIC it holds (multi-rail),
+	// named from Name up (hsn0, hsn1, ...) in the order of
+	// SLINGSHOT_DEVICES; off, on its first NIC only.
+	AllNICs bool `json:"allNICs,omitempty"`
+	// PoolByNetdev names the pool of the interfaces on a netdev ("hsn1":
+	// "hsn1"), where each rail has a network of its own; a netdev it does
+	// not name takes Pool.
+	PoolByNetdev map[string]string `json:"poolByNetdev,omitempty"`
 }
 
 // Limit is the max and reserved count of one CXI resource type.
@@ -331,6 +341,14 @@ func validateHSN(h *HSNInterface, field string) []error {
 	}
 	if h.MTU < 0 || h.MTU > 65535 {
 		bad("mtu", "%d is outside 0..65535", h.MTU)
+	}
+	for _, dev := range slices.Sorted(maps.Keys(h.PoolByNetdev)) {
+		if !ifName.MatchString(dev) {
+			bad("poolByNetdev", "%q is not a netdev name", dev)
+		}
+		if p := h.PoolByNetdev[dev]; !poolName.MatchString(p) {
+			bad("poolByNetdev."+dev, "%q is not an ip pool name (a DNS label, as --ip-pools names pools)", p)
+		}
 	}
 	return errs
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -89,13 +90,21 @@ gpu:
 		{name: "shares zero", yaml: "nicResource: {sharesPerNIC: 0}", wantErr: "sharesPerNIC"},
 		{name: "hsn interface", yaml: "nicResource: {hsnInterface: {enabled: true, mode: ipvlan, name: fabric0, pool: storage, mtu: 9000}}", check: func(t *testing.T, c Config) {
 			want := HSNInterface{Enabled: true, Mode: "ipvlan", Name: "fabric0", Pool: "storage", MTU: 9000}
-			if c.NICResource.HSNInterface != want {
+			if !reflect.DeepEqual(c.NICResource.HSNInterface, want) {
 				t.Errorf("hsnInterface = %+v, want %+v", c.NICResource.HSNInterface, want)
 			}
 		}},
+		{name: "hsn interface on every NIC", yaml: "nicResource: {hsnInterface: {enabled: true, allNICs: true, poolByNetdev: {hsn1: rail1}}}", check: func(t *testing.T, c Config) {
+			h := c.NICResource.HSNInterface
+			if !h.AllNICs || h.PoolByNetdev["hsn1"] != "rail1" || h.Pool != "hsn0" {
+				t.Errorf("hsnInterface = %+v, want every NIC, hsn1's pool rail1, the rest hsn0", h)
+			}
+		}},
+		{name: "hsn pool by netdev, bad pool", yaml: "nicResource: {hsnInterface: {poolByNetdev: {hsn1: Rail_1}}}", wantErr: "nicResource.hsnInterface.poolByNetdev.hsn1"},
+		{name: "hsn pool by netdev, bad netdev", yaml: "nicResource: {hsnInterface: {poolByNetdev: {\"a b\": rail1}}}", wantErr: "nicResource.hsnInterface.poolByNetdev"},
 		{name: "hsn interface defaults", yaml: "nicResource: {hsnInterface: {enabled: true}}", check: func(t *testing.T, c Config) {
 			want := HSNInterface{Enabled: true, Mode: "macvlan", Name: "hsn0", Pool: "hsn0"}
-			if c.NICResource.HSNInterface != want {
+			if !reflect.DeepEqual(c.NICResource.HSNInterface, want) {
 				t.Errorf("hsnInterface = %+v, want %+v", c.NICResource.HSNInterface, want)
 			}
 		}},

@@ -51,7 +51,7 @@ var ErrNoMember = errors.New("no service member for the pod")
 type policy struct {
 	fallback *cxi.Member
 	// hsn is, by resource, the hsn interface its pods get; absent: none.
-	hsn map[string]hsnPolicy
+	hsn map[string]engine.HSNPolicy
 }
 
 // nic is one NIC as the pod path uses it: the engine alone reaches its
@@ -89,10 +89,6 @@ type binder struct {
 	// annotations reads a pod's annotations from the API server where the
 	// runtime did not report them; nil without an API server.
 	annotations AnnotationReader
-	// addrs allocates the pods' hsn addresses, linker puts their hsn
-	// interfaces in place; addrs is nil where the node has no IPAM.
-	addrs   AddressAllocator
-	linker  HSNLinker
 	files   *allocFiles
 	metrics Metrics
 	// events tells the pods and the node what only the log would know.
@@ -172,7 +168,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	defer func() {
 		if err != nil {
 			reason := event.BindRefused
-			if errors.Is(err, errAddressRefused) {
+			if errors.Is(err, engine.ErrAddressRefused) {
 				reason = event.AddressRefused
 			}
 			b.events.Record(event.Pod(pod.Namespace, pod.Name, pod.UID), reason,
@@ -213,7 +209,7 @@ func (b *binder) PreStart(ctx context.Context, resource string, ids []string) (e
 	}
 	created, err := b.bind(ctx, key, nics, member, handle, markDevices)
 	if err == nil {
-		err = b.ensureHSN(ctx, key, resource, pod, nics, handle)
+		err = b.ensureHSN(ctx, key, resource, nics, handle)
 	}
 	var entry checkpoint.Holder
 	if err == nil {
@@ -278,7 +274,7 @@ func (b *binder) bind(ctx context.Context, key string, nics []*nic, member cxi.M
 	} else {
 		// A sandbox made again: the pod's hsn interface leaves the old
 		// namespace, still held, before the engine lets it go.
-		b.leaveOldNamespace(key, h)
+		b.eng.LeaveOldNamespace(key, h)
 	}
 	created, err := b.eng.Ensure(ctx, key, nicNames(nics), fallback)
 	if err != nil {
@@ -357,7 +353,7 @@ func (b *binder) member(ctx context.Context, pod *podwatch.Pod) (cxi.Member, nsH
 // goes, then its lease and record.
 func (b *binder) rollback(ctx context.Context, key string, created []checkpoint.Service, fresh bool) {
 	b.eng.Rollback(ctx, key, created, fresh, func(checkpoint.Holder) bool {
-		return b.dropHSN(key, b.eng.Namespaces().Get(key))
+		return b.eng.DropHSN(key)
 	})
 }
 

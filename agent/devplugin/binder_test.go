@@ -164,6 +164,9 @@ type rig struct {
 	busy *prometheus.CounterVec
 	// defaults are the engine's service defaults, as configured.
 	defaults engine.Defaults
+	// addrs and linker are the engine's hsn parts; nil: none, netlink.
+	addrs  engine.AddressAllocator
+	linker engine.Linker
 }
 
 const (
@@ -228,7 +231,7 @@ func (r *rig) useLeaser(t testing.TB, l engine.Leaser) {
 func (r *rig) usePins(t testing.TB, l engine.Leaser, pins engine.Pinner) {
 	t.Helper()
 	eng, err := engine.New(engine.Config{
-		Node: "n1", Store: r.store, NICs: r.drvs, Leaser: l, Metrics: r.engineMetrics(), Pins: pins,
+		Node: "n1", Store: r.store, NICs: r.drvs, Leaser: l, Metrics: r.engineMetrics(), Pins: pins, Addrs: r.addrs, Linker: r.linker,
 		Defaults: func() engine.Defaults { return r.defaults },
 		Events:   r.events, Log: r.b.logger, Now: r.b.now,
 	})
@@ -268,6 +271,7 @@ func (r *rig) engineMetrics() engine.Metrics {
 			ServiceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_errors"}, []string{"nic", "op"}),
 			Stuck:         prometheus.NewCounter(prometheus.CounterOpts{Name: "stuck"}),
 			Teardown:      r.teardown,
+			HSNErrors:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hsn_errors_total", Help: "hsn errors."}, []string{"op"}),
 		}
 	}
 	return r.em
@@ -302,7 +306,6 @@ func (n testNICs) Names() []string { return slices.Sorted(maps.Keys(n)) }
 func newTestMetrics() Metrics {
 	return Metrics{
 		PreStart:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "prestart", Help: "PreStart."}, []string{"result"}),
-		HSNErrors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hsn_errors_total", Help: "hsn errors."}, []string{"op"}),
 		Nudges:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nudges_total", Help: "Nudges."}, []string{"resource"}),
 		PodLists:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lists_total", Help: "Lists."}, []string{"result"}),
 		ListLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "list_seconds", Help: "List latency."}),

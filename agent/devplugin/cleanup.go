@@ -92,7 +92,7 @@ func (b *binder) cleanupLocked(ctx context.Context, key string) bool {
 		for _, ids := range p.DeviceIDs {
 			b.removeAllocation(key, cdispec.AllocationKey(ids))
 		}
-		if !b.dropHSN(key, b.eng.Namespaces().Get(key)) {
+		if !b.eng.DropHSN(key) {
 			return errors.New("its hsn interface or address is not released yet")
 		}
 		return nil

@@ -15,7 +15,6 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
-	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/agent/nri"
@@ -49,10 +48,6 @@ type Config struct {
 	// Annotations reads a pod's annotations from the API server where the
 	// runtime did not report them; nil without an API server.
 	Annotations AnnotationReader
-	// Addrs allocates the hsn interfaces' addresses (nil: the node has no
-	// IPAM); Linker puts the interfaces in place.
-	Addrs  AddressAllocator
-	Linker HSNLinker
 	// Jobs is what a pod may ask for its services, as configured now.
 	Jobs func() *jobpolicy.Policy
 	// Healthy tells a NIC's health as the agent's monitor sees it now.
@@ -76,8 +71,6 @@ type Config struct {
 type Metrics struct {
 	// PreStart is PreStartContainer's latency, by result (ok, error).
 	PreStart *prometheus.HistogramVec
-	// HSNErrors counts the failed steps of pods' hsn interfaces, by op.
-	HSNErrors *prometheus.CounterVec
 	// Nudges counts the device lists resent to the kubelet, by resource.
 	Nudges *prometheus.CounterVec
 	// PodLists counts the PodResources List calls by result; ListLatency
@@ -140,14 +133,10 @@ func New(c Config) (*Front, func() error, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	linker := c.Linker
-	if linker == nil {
-		linker = NetlinkHSN{}
-	}
 	b := &binder{
 		node: c.Node, resource: s.NICResource.Name, logger: logger.With("component", "binder"),
 		nics: map[string]*nic{}, devNIC: map[string]string{}, resolve: map[string]func([]string) ([]*nic, error){},
-		eng: c.Engine, netns: c.Netns, jobs: c.Jobs, annotations: c.Annotations, addrs: c.Addrs, linker: linker,
+		eng: c.Engine, netns: c.Netns, jobs: c.Jobs, annotations: c.Annotations,
 		files: &allocFiles{dir: c.FilesDir, cdi: c.CDI}, metrics: c.Metrics, events: c.Events, now: time.Now,
 		openNetns: c.OpenNetns,
 	}
@@ -453,11 +442,7 @@ func heldIDs(snap *podwatch.Snapshot, resource string) map[string]bool {
 func policyFrom(c config.Config) policy {
 	var p policy
 	if h := c.NICResource.HSNInterface; h.Enabled {
-		mode := hsnlink.Macvlan
-		if h.Mode == "ipvlan" {
-			mode = hsnlink.IPVLAN
-		}
-		p.hsn = map[string]hsnPolicy{c.NICResource.Name: {mode: mode, name: h.Name, pool: h.Pool, mtu: h.MTU}}
+		p.hsn = map[string]engine.HSNPolicy{c.NICResource.Name: engine.HSNPolicyOf(h)}
 	}
 	switch {
 	case c.Membership.FallbackUID != nil:

@@ -18,7 +18,7 @@ func TestPolicyFrom(t *testing.T) {
 	if p.fallback == nil || *p.fallback != (cxi.Member{Type: cxi.MemberUID, ID: 1000}) {
 		t.Errorf("fallback = %v", p.fallback)
 	}
-	if h, ok := p.hsn[c.NICResource.Name]; !ok || h.mode != hsnlink.IPVLAN || h.pool != "hsn0" {
+	if h, ok := p.hsn[c.NICResource.Name]; !ok || h.Mode != hsnlink.IPVLAN || h.Pool != "hsn0" {
 		t.Errorf("hsn = %+v", p.hsn)
 	}
 	if d := policyFrom(config.Default()); d.fallback != nil || d.hsn != nil {

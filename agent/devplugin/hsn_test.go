@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/agent/ipam/ipamtest"
@@ -99,11 +100,10 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	h := &hsnRig{rig: r, linker: newFakeLinker(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
-	r.useLeaser(t, networkLeaser{fakeLeaser: r.leaser, network: h.network})
 	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
-	r.b.addrs = h.addrs
-	r.b.linker = h.linker
-	r.b.setPolicy(policy{hsn: map[string]hsnPolicy{res: {mode: hsnlink.Macvlan, name: "hsn0", pool: "hsn0"}}})
+	r.addrs, r.linker = h.addrs, h.linker
+	r.useLeaser(t, networkLeaser{fakeLeaser: r.leaser, network: h.network})
+	r.b.setPolicy(policy{hsn: map[string]engine.HSNPolicy{res: {Mode: hsnlink.Macvlan, Name: "hsn0", Pool: "hsn0"}}})
 	return h
 }
 
@@ -331,5 +331,79 @@ func TestHSNReconcile(t *testing.T) {
 	}
 	if o := h.owners(); len(o) != 1 || o[0] != "pod/uid-a/hsn0" {
 		t.Fatalf("owners after reconcile = %v, want only the live pod's", o)
+	}
+}
+
+var railPool = ipam.Pool{Name: "rail1", Prefix: netip.MustParsePrefix("10.151.0.0/16"), SliceBits: 24}
+
+// TestHSNInterfaceOnEveryNIC: with allNICs, a pod holding two NICs gets
+// hsn0 on the first's netdev and hsn1 on the second's, in the order the
+// container's devices name them, each with an address of its rail's pool;
+// a container restart and an agent restart keep both, and the pod's exit
+// takes both away and releases both addresses.
+func TestHSNInterfaceOnEveryNIC(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, dir, nil, fakeNetns{"uid-a": 4026532001})
+	linker, ctl := newFakeLinker(), ipamtest.NewController(hsnPool, railPool)
+	r.b.nics["cxi0"].netdev = "hsn0"
+	r.b.nics["cxi1"].netdev = "hsn1"
+	addrs := startAllocator(t, ctl.Node("n1"), dir+"/ipam.json")
+	r.addrs, r.linker = addrs, linker
+	r.useLeaser(t, r.leaser)
+	c, err := config.Parse([]byte("nicResource: {hsnInterface: {enabled: true, allNICs: true, poolByNetdev: {hsn1: rail1}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b.setPolicy(policyFrom(c))
+	r.pods.set(pod("ns", "a", "uid-a", "main", dev1, dev0))
+
+	if err := r.b.PreStart(t.Context(), res, []string{dev1, dev0}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct{ parent, pool string }{"hsn0": {"hsn0", "10.150.0.0/16"}, "hsn1": {"hsn1", "10.151.0.0/16"}}
+	specs := map[string]hsnlink.Spec{}
+	for name, w := range want {
+		spec, ok := linker.in(4026532001, name)
+		if !ok || spec.Parent != w.parent || !netip.MustParsePrefix(w.pool).Contains(spec.Address.Addr()) {
+			t.Fatalf("%s = %+v (present %v), want one on %s with an address of %s", name, spec, ok, w.parent, w.pool)
+		}
+		specs[name] = spec
+	}
+	entry, _ := r.store.Get("ns/a")
+	if links := entry.HSNLinks(); len(links) != 2 || links[0].Name != "hsn0" || links[1].Name != "hsn1" {
+		t.Fatalf("recorded links %+v, want hsn0 then hsn1", links)
+	}
+
+	// A container restart, then an agent restart that finds both gone.
+	if err := r.b.PreStart(t.Context(), res, []string{dev1, dev0}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range want {
+		_ = linker.Detach(&fakeHandle{ino: 4026532001}, name)
+	}
+	r.b.eng.Namespaces().CloseAll()
+	if _, err := r.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range specs {
+		if got, ok := linker.in(4026532001, name); !ok || got != spec {
+			t.Fatalf("%s after the restarts = %+v (present %v), want %+v", name, got, ok, spec)
+		}
+	}
+	if o := addrs.Owners("pod/"); len(o) != 2 {
+		t.Fatalf("owners %v, want the pod's two", o)
+	}
+
+	r.pods.set()
+	if !r.b.cleanupLocked(t.Context(), "ns/a") {
+		t.Fatal("cleanup did not finish")
+	}
+	for name := range want {
+		if _, ok := linker.in(4026532001, name); ok {
+			t.Fatalf("%s still in the pod's namespace after cleanup", name)
+		}
+	}
+	if o := addrs.Owners("pod/"); len(o) != 0 {
+		t.Fatalf("addresses still allocated after cleanup: %v", o)
 	}
 }

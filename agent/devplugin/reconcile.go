@@ -62,7 +62,7 @@ func (b *binder) Reconcile(ctx context.Context, opts ReconcileOptions) (reconcil
 		}
 		unlock()
 	}
-	b.reconcileHSN()
+	b.eng.ReconcileHSN()
 	b.eng.DropStalePins()
 	orphans, err := b.eng.Orphans(ctx, engine.OrphanRules{Lo: opts.ManagedLo, Hi: opts.ManagedHi, CleanManaged: opts.CleanManaged},
 		func(h checkpoint.Holder) bool { return h.Kind == checkpoint.KindPod && !b.gone(h) })

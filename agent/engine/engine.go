@@ -34,6 +34,11 @@ type Config struct {
 	Pins Pinner
 	// Defaults are the node's service defaults as configured now.
 	Defaults func() Defaults
+	// Addrs allocates the hsn interfaces' addresses (nil: the node has no
+	// IPAM, and no holder gets one); Linker puts the interfaces in place
+	// (nil: netlink).
+	Addrs  AddressAllocator
+	Linker Linker
 	// Events tell the pods and the node what only the log would know;
 	// nil: nobody.
 	Events event.Recorder
@@ -55,17 +60,20 @@ type Config struct {
 // method on a holder expects its caller to hold it. No lock is held
 // across a call to the controller but the holder's own.
 type Engine struct {
-	node     string
-	teardown prometheus.Observer // nil: not measured
-	store    *checkpoint.Store
-	fab      *Fabric
-	leases   *Leases
-	ns       *Namespaces
-	defaults func() Defaults
-	events   event.Recorder
-	log      *slog.Logger
-	now      func() time.Time
-	locks    keylock.Set
+	node      string
+	teardown  prometheus.Observer // nil: not measured
+	store     *checkpoint.Store
+	fab       *Fabric
+	leases    *Leases
+	ns        *Namespaces
+	defaults  func() Defaults
+	addrs     AddressAllocator
+	linker    Linker
+	hsnErrors *prometheus.CounterVec
+	events    event.Recorder
+	log       *slog.Logger
+	now       func() time.Time
+	locks     keylock.Set
 }
 
 // New returns the engine of the holders recorded in cfg.Store, counting
@@ -83,7 +91,11 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Linker == nil {
+		cfg.Linker = NetlinkLinker{}
+	}
 	e := &Engine{
+		addrs: cfg.Addrs, linker: cfg.Linker, hsnErrors: cfg.Metrics.HSNErrors,
 		node: cfg.Node, store: cfg.Store, leases: NewLeases(cfg.Leaser),
 		ns:       &Namespaces{Pins: cfg.Pins, Log: cfg.Log},
 		defaults: cfg.Defaults, events: cfg.Events, log: cfg.Log, now: cfg.Now, teardown: cfg.Metrics.Teardown,

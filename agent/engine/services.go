@@ -53,6 +53,9 @@ type Metrics struct {
 	// beginning (its record's Exited) to its record gone: services
 	// destroyed, lease released.
 	Teardown prometheus.Observer
+	// HSNErrors counts the failed steps of holders' hsn interfaces, by op
+	// (allocate, attach, detach, release).
+	HSNErrors *prometheus.CounterVec
 }
 
 // Fabric is the node's NICs as the engine drives them: the one place in

@@ -2,16 +2,21 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/inspect"
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
@@ -74,9 +79,8 @@ type nodeState struct {
 	Holders  []string                   // nodes holding JobVNI at the controller
 }
 
-// captureState reads the pods' state; specs are the CDI spec files written
-// for them.
-func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []string) nodeState {
+// captureState reads the pods' state.
+func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod) nodeState {
 	t.Helper()
 	rep, err := env.Inspect(ctx)
 	if err != nil {
@@ -92,11 +96,7 @@ func captureState(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []
 			st.Services[v.Key+"@"+s.NIC] = s
 		}
 	}
-	for _, p := range specs {
-		if fileExists(p) {
-			st.CDISpecs = append(st.CDISpecs, p)
-		}
-	}
+	st.CDISpecs = jobSpecs(t, st.JobVNI)
 	holders, err := env.VNIHolders(ctx, st.JobVNI)
 	if err != nil {
 		t.Fatal(err)
@@ -138,10 +138,10 @@ func diffState(before, after nodeState) string {
 
 // holdsFor watches the node's state for d and fails at the first change:
 // what a restart must not do, it would do in that window.
-func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, specs []string, before nodeState, d time.Duration) {
+func holdsFor(t *testing.T, ctx context.Context, pods []corev1.Pod, before nodeState, d time.Duration) {
 	t.Helper()
 	err := env.HoldsFor(ctx, d, func(ctx context.Context) string {
-		return diffState(before, captureState(t, ctx, pods, specs))
+		return diffState(before, captureState(t, ctx, pods))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -167,27 +167,51 @@ func podKeys(pods []corev1.Pod) []string {
 	return out
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-func cdiSpecs(t *testing.T) []string {
+// jobSpecs lists the CDI specs whose environment names vni in
+// SLINGSHOT_VNIS: the specs of a job's pods. A spec is named by the device
+// IDs it serves, and the kubelet hands a freed device to the next pod at
+// once, so the next pod's spec may have the name an earlier pod's had
+// (rewritten for it): what a spec serves is in it, not in its name.
+func jobSpecs(t *testing.T, vni uint16) []string {
 	t.Helper()
-	specs, err := filepath.Glob(filepath.Join(env.Node.CDIDir, "*"))
+	paths, err := filepath.Glob(filepath.Join(env.Node.CDIDir, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return specs
-}
-
-// newSpecs lists what is in after and not in before.
-func newSpecs(before, after []string) []string {
 	var out []string
-	for _, p := range after {
-		if !slices.Contains(before, p) {
-			out = append(out, p)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed since the glob: a gone pod's
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct {
+			Devices []struct {
+				ContainerEdits struct {
+					Env []string `json:"env"`
+				} `json:"containerEdits"`
+			} `json:"devices"`
+		}
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatalf("CDI spec %s: %v", p, err)
+		}
+		for _, d := range spec.Devices {
+			if namesVNI(d.ContainerEdits.Env, vni) {
+				out = append(out, p)
+				break
+			}
 		}
 	}
 	return out
+}
+
+func namesVNI(env []string, vni uint16) bool {
+	for _, kv := range env {
+		if list, ok := strings.CutPrefix(kv, engine.EnvVNIs+"="); ok {
+			return slices.Contains(strings.Split(list, ","), strconv.Itoa(int(vni)))
+		}
+	}
+	return false
 }

@@ -55,20 +55,18 @@ func TestJobPodsShareVNI(t *testing.T) {
 func TestJobDeletedCleansUp(t *testing.T) {
 	ctx := t.Context()
 	ns := env.TestNamespace(t, "cleanup")
-	specsBefore := cdiSpecs(t)
 	pods, err := env.RunJob(ctx, ns, cluster.Job("gone", 2, 1))
 	if err != nil {
 		t.Fatal(err)
-	}
-	specs := newSpecs(specsBefore, cdiSpecs(t))
-	if len(specs) == 0 {
-		t.Fatal("no CDI spec written for the pods")
 	}
 	rep, err := env.Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vni := viewPod(t, pods[0], rep).JobVNI()
+	if len(jobSpecs(t, vni)) == 0 {
+		t.Fatal("no CDI spec written for the pods")
+	}
 	if err := env.DeleteJob(ctx, ns, "gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +83,8 @@ func TestJobDeletedCleansUp(t *testing.T) {
 	if lag > 2*time.Second {
 		t.Errorf("cleanup took %s after the pods were gone, want at most 2 s", lag)
 	}
-	for _, p := range specs {
-		if fileExists(p) {
-			t.Errorf("CDI spec %s left after the pods' cleanup", p)
-		}
+	for _, p := range jobSpecs(t, vni) {
+		t.Errorf("CDI spec %s left after the pods' cleanup", p)
 	}
 	// The Job is gone and no node holds its VNI: the controller frees it
 	// into quarantine, and a new Job gets another.
@@ -164,13 +160,11 @@ func TestContainerdRestart(t *testing.T) {
 func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	ctx := t.Context()
 	ns := env.TestNamespace(t, "restart-"+what)
-	specsBefore := cdiSpecs(t)
 	pods, err := env.RunJob(ctx, ns, cluster.Job("r", 2, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs := newSpecs(specsBefore, cdiSpecs(t))
-	before := captureState(t, ctx, pods, specs)
+	before := captureState(t, ctx, pods)
 	if len(before.Services) != 2 || len(before.CDISpecs) == 0 || len(before.Holders) != 1 {
 		t.Fatalf("before the restart: %d services, CDI specs %v, VNI %d held by %v", len(before.Services), before.CDISpecs, before.JobVNI, before.Holders)
 	}
@@ -183,7 +177,7 @@ func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	if err := env.WaitAllocatable(ctx, env.Capacity); err != nil {
 		t.Fatal(err)
 	}
-	holdsFor(t, ctx, pods, specs, before, 6*time.Second)
+	holdsFor(t, ctx, pods, before, 6*time.Second)
 	if _, err := env.WaitRunning(ctx, ns, "e2e-job=r", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +190,7 @@ func restartKeeps(t *testing.T, what string, restart func(t *testing.T)) {
 	if _, err := waitCleanedUp(ctx, podKeys(pods), before.JobVNI); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range specs {
-		if fileExists(p) {
-			t.Errorf("CDI spec %s left after the pods' cleanup", p)
-		}
+	for _, p := range jobSpecs(t, before.JobVNI) {
+		t.Errorf("CDI spec %s left after the pods' cleanup", p)
 	}
 }
