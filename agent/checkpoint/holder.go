@@ -117,6 +117,8 @@ type HSNLink struct {
 	Owner string `json:"owner"`
 	// MTU of the interface; 0 kept the parent's.
 	MTU int `json:"mtu,omitempty"`
+	// HardwareAddr is the interface's as the kernel gave it, last seen.
+	HardwareAddr string `json:"hardwareAddr,omitempty"`
 }
 
 // ClaimPod names a pod a claim is reserved for.

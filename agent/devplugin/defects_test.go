@@ -37,7 +37,7 @@ func TestDefect5RefusedRecordFailsPreStart(t *testing.T) {
 	if h.has("ns/a") {
 		t.Fatal("the refused bind left pod a's record")
 	}
-	if _, attached := h.linker.in(4026532002, "hsn0"); attached {
+	if _, attached := h.linker.In(4026532002, "hsn0"); attached {
 		t.Fatal("the refused bind left an hsn interface in pod a")
 	}
 }

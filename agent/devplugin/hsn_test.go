@@ -13,59 +13,12 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
+	"github.com/slingshot-k8s/slingshot/agent/internal/hsntest"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/agent/ipam/ipamtest"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
 	"github.com/slingshot-k8s/slingshot/cxi"
 )
-
-// fakeLinker stands for package hsnlink: the interfaces it holds, by
-// namespace inode and name.
-type fakeLinker struct {
-	mu         sync.Mutex
-	links      map[uint32]map[string]hsnlink.Spec
-	failAttach error
-	attaches   int
-}
-
-func newFakeLinker() *fakeLinker { return &fakeLinker{links: map[uint32]map[string]hsnlink.Spec{}} }
-
-func (l *fakeLinker) Attach(h nsHandle, s hsnlink.Spec) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.attaches++
-	if l.failAttach != nil {
-		return l.failAttach
-	}
-	if s.Name == "" {
-		s.Name = hsnlink.DefaultName
-	}
-	in := l.links[h.Inode()]
-	if in == nil {
-		in = map[string]hsnlink.Spec{}
-		l.links[h.Inode()] = in
-	}
-	if old, ok := in[s.Name]; ok && old != s {
-		return hsnlink.ErrMismatch
-	}
-	in[s.Name] = s
-	return nil
-}
-
-func (l *fakeLinker) Detach(h nsHandle, name string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.links[h.Inode()], name)
-	return nil
-}
-
-// in returns the interface name in namespace ino, and whether it is there.
-func (l *fakeLinker) in(ino uint32, name string) (hsnlink.Spec, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s, ok := l.links[ino][name]
-	return s, ok
-}
 
 // networkLeaser answers every lease with the pod's network request, as
 // the controller passes its annotation on.
@@ -87,7 +40,7 @@ var hsnPool = ipam.Pool{Name: "hsn0", Prefix: netip.MustParsePrefix("10.150.0.0/
 // stand-in.
 type hsnRig struct {
 	*rig
-	linker  *fakeLinker
+	linker  *hsntest.Linker
 	ctl     *ipamtest.Controller
 	addrs   *ipam.Allocator
 	network map[string]string
@@ -97,7 +50,7 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	t.Helper()
 	dir := t.TempDir()
 	r := newRig(t, dir, nil, netns)
-	h := &hsnRig{rig: r, linker: newFakeLinker(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
+	h := &hsnRig{rig: r, linker: hsntest.New(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
 	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
@@ -150,7 +103,7 @@ func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	spec, ok := h.linker.in(4026532001, "hsn0")
+	spec, ok := h.linker.In(4026532001, "hsn0")
 	if !ok {
 		t.Fatal("no hsn0 in the pod's namespace")
 	}
@@ -167,7 +120,7 @@ func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := h.linker.in(4026532001, "hsn0"); again != spec || len(h.owners()) != 1 {
+	if again, _ := h.linker.In(4026532001, "hsn0"); again != spec || len(h.owners()) != 1 {
 		t.Fatalf("after a container restart: %+v and owners %v, want %+v and one owner", again, h.owners(), spec)
 	}
 
@@ -175,7 +128,7 @@ func TestHSNInterfaceFromPreStartToPodExit(t *testing.T) {
 	if !h.b.cleanupLocked(t.Context(), "ns/a") {
 		t.Fatal("cleanup did not finish")
 	}
-	if _, ok := h.linker.in(4026532001, "hsn0"); ok {
+	if _, ok := h.linker.In(4026532001, "hsn0"); ok {
 		t.Fatal("hsn0 still in the pod's namespace after cleanup")
 	}
 	if o := h.owners(); len(o) != 0 {
@@ -190,8 +143,8 @@ func TestHSNInterfaceOffByDefault(t *testing.T) {
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	if h.linker.attaches != 0 || len(h.owners()) != 0 {
-		t.Fatalf("default configuration attached %d interfaces, allocated %v", h.linker.attaches, h.owners())
+	if h.linker.Attaches() != 0 || len(h.owners()) != 0 {
+		t.Fatalf("default configuration attached %d interfaces, allocated %v", h.linker.Attaches(), h.owners())
 	}
 }
 
@@ -236,7 +189,7 @@ func TestHSNNetworkRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, ok := h.linker.in(4026532001, tc.wantIface)
+			spec, ok := h.linker.In(4026532001, tc.wantIface)
 			if !ok || spec.Parent != tc.wantParent {
 				t.Fatalf("interface %s = %+v (present %v), want one on %s", tc.wantIface, spec, ok, tc.wantParent)
 			}
@@ -273,7 +226,7 @@ func TestHSNFixedAddressTaken(t *testing.T) {
 
 func TestHSNAttachFailureLeavesNothing(t *testing.T) {
 	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
-	h.linker.failAttach = errors.New("parent hsn0 not found")
+	h.linker.FailAttach = errors.New("parent hsn0 not found")
 	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
 	err := h.b.PreStart(t.Context(), res, []string{dev0})
 	if err == nil || !strings.Contains(err.Error(), "parent hsn0 not found") {
@@ -283,11 +236,11 @@ func TestHSNAttachFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("a failed attach left a record, addresses %v, services or a lease %v", h.owners(), h.leaser.held)
 	}
 	// The next try, once the parent is there, succeeds.
-	h.linker.failAttach = nil
+	h.linker.FailAttach = nil
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := h.linker.in(4026532001, "hsn0"); !ok {
+	if _, ok := h.linker.In(4026532001, "hsn0"); !ok {
 		t.Fatal("no interface after the retry")
 	}
 }
@@ -313,7 +266,7 @@ func TestHSNReconcile(t *testing.T) {
 	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := h.linker.in(4026532001, "hsn0")
+	spec, _ := h.linker.In(4026532001, "hsn0")
 	// A bind that crashed between allocating and recording left an
 	// address for a pod the record does not have.
 	if _, _, err := h.addrs.Allocate(t.Context(), ipam.Request{Owner: "pod/uid-crashed/hsn0", Pool: "hsn0"}); err != nil {
@@ -326,7 +279,7 @@ func TestHSNReconcile(t *testing.T) {
 	if _, err := h.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := h.linker.in(4026532001, "hsn0"); !ok || got != spec {
+	if got, ok := h.linker.In(4026532001, "hsn0"); !ok || got != spec {
 		t.Fatalf("live pod's interface after reconcile = %+v (present %v), want %+v", got, ok, spec)
 	}
 	if o := h.owners(); len(o) != 1 || o[0] != "pod/uid-a/hsn0" {
@@ -344,7 +297,7 @@ var railPool = ipam.Pool{Name: "rail1", Prefix: netip.MustParsePrefix("10.151.0.
 func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 	dir := t.TempDir()
 	r := newRig(t, dir, nil, fakeNetns{"uid-a": 4026532001})
-	linker, ctl := newFakeLinker(), ipamtest.NewController(hsnPool, railPool)
+	linker, ctl := hsntest.New(), ipamtest.NewController(hsnPool, railPool)
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
 	addrs := startAllocator(t, ctl.Node("n1"), dir+"/ipam.json")
@@ -363,7 +316,7 @@ func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 	want := map[string]struct{ parent, pool string }{"hsn0": {"hsn0", "10.150.0.0/16"}, "hsn1": {"hsn1", "10.151.0.0/16"}}
 	specs := map[string]hsnlink.Spec{}
 	for name, w := range want {
-		spec, ok := linker.in(4026532001, name)
+		spec, ok := linker.In(4026532001, name)
 		if !ok || spec.Parent != w.parent || !netip.MustParsePrefix(w.pool).Contains(spec.Address.Addr()) {
 			t.Fatalf("%s = %+v (present %v), want one on %s with an address of %s", name, spec, ok, w.parent, w.pool)
 		}
@@ -386,7 +339,7 @@ func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, spec := range specs {
-		if got, ok := linker.in(4026532001, name); !ok || got != spec {
+		if got, ok := linker.In(4026532001, name); !ok || got != spec {
 			t.Fatalf("%s after the restarts = %+v (present %v), want %+v", name, got, ok, spec)
 		}
 	}
@@ -399,7 +352,7 @@ func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 		t.Fatal("cleanup did not finish")
 	}
 	for name := range want {
-		if _, ok := linker.in(4026532001, name); ok {
+		if _, ok := linker.In(4026532001, name); ok {
 			t.Fatalf("%s still in the pod's namespace after cleanup", name)
 		}
 	}

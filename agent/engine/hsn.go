@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -26,17 +27,18 @@ type AddressAllocator interface {
 // Linker puts a holder's hsn interfaces into the namespace the engine
 // holds and takes them out again; NetlinkLinker is one.
 type Linker interface {
-	Attach(ns Handle, s hsnlink.Spec) error
+	// Attach returns the interface's hardware address.
+	Attach(ns Handle, s hsnlink.Spec) (net.HardwareAddr, error)
 	Detach(ns Handle, name string) error
 }
 
 // NetlinkLinker is package hsnlink over the held namespace's descriptor.
 type NetlinkLinker struct{}
 
-func (NetlinkLinker) Attach(h Handle, s hsnlink.Spec) error {
+func (NetlinkLinker) Attach(h Handle, s hsnlink.Spec) (net.HardwareAddr, error) {
 	ns, err := nsDescriptor(h)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return hsnlink.Attach(ns, s)
 }
@@ -87,6 +89,9 @@ type HSNRequest struct {
 	Want netreq.Request
 	// Pod names the pod, for the allocator's inspection.
 	Pod string
+	// FirstIndex numbers the holder's first interface: a pod's interfaces
+	// of its other holders (claims) come before.
+	FirstIndex int
 }
 
 // ErrAddressRefused marks an hsn address the allocator refused: the
@@ -128,7 +133,7 @@ func (e *Engine) EnsureHSN(ctx context.Context, id string, ns Handle, req HSNReq
 		if linkOn(links, r.Netdev) {
 			continue
 		}
-		l, err := e.allocateHSN(ctx, h, req, r, len(links))
+		l, err := e.allocateHSN(ctx, h, req, r, req.FirstIndex+len(links))
 		if err != nil {
 			return err
 		}
@@ -136,6 +141,7 @@ func (e *Engine) EnsureHSN(ctx context.Context, id string, ns Handle, req HSNReq
 		added = true
 	}
 	if added {
+		// Recorded before any interface carries an address.
 		if _, err := e.Update(id, func(p *checkpoint.Holder) { p.SetHSNLinks(links) }); err != nil {
 			return err
 		}
@@ -143,10 +149,21 @@ func (e *Engine) EnsureHSN(ctx context.Context, id string, ns Handle, req HSNReq
 			return err
 		}
 	}
-	for _, l := range links {
-		if err := e.linker.Attach(ns, specOf(l)); err != nil {
+	changed := false
+	for i, l := range links {
+		mac, err := e.linker.Attach(ns, specOf(l))
+		if err != nil {
 			e.hsnError("attach")
 			return fmt.Errorf("hsn interface %s for %s: %w", l.Name, h.Key(), err)
+		}
+		if mac.String() != l.HardwareAddr {
+			links[i].HardwareAddr, changed = mac.String(), true
+		}
+	}
+	if changed {
+		// Only what the claim's status shows: no save of its own.
+		if _, err := e.Update(id, func(p *checkpoint.Holder) { p.SetHSNLinks(links) }); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -327,7 +344,7 @@ func (e *Engine) ReconcileHSN() {
 			continue
 		}
 		for _, l := range h.HSNLinks() {
-			if err := e.linker.Attach(ns, specOf(l)); err != nil {
+			if _, err := e.linker.Attach(ns, specOf(l)); err != nil {
 				e.hsnError("attach")
 				e.log.Warn("a live holder's hsn interface could not be restored", "holder", h.Key(), "interface", l.Name, "err", err)
 			}

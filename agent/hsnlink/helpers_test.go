@@ -1,6 +1,7 @@
 package hsnlink
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -66,7 +67,13 @@ func nlIn(t testing.TB, ns *os.File) *netlink.Handle {
 // attach, check: the package's calls, made from a thread in the stand-in
 // host, where they look for the parent.
 func (e *env) attach(pod Namespace, s Spec) error {
-	return testenv.InNetNS(e.host, func() error { return Attach(pod, s) })
+	return testenv.InNetNS(e.host, func() error {
+		mac, err := Attach(pod, s)
+		if err == nil && len(mac) == 0 {
+			return errors.New("attached with no hardware address")
+		}
+		return err
+	})
 }
 
 func (e *env) check(pod Namespace, s Spec) error {

@@ -3,6 +3,7 @@ package hsnlink
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -132,18 +133,20 @@ func checkIfName(name string) error {
 // parent, or with another address, is an error wrapping [ErrMismatch]
 // naming both. A missing parent is an error wrapping [ErrParentNotFound],
 // a link type the kernel lacks one wrapping [ErrNotSupported]. Whatever
-// fails after the child was made, the child is deleted again.
-func Attach(podNS Namespace, s Spec) error {
+// fails after the child was made, the child is deleted again. It returns
+// the interface's hardware address, as the kernel gave it.
+func Attach(podNS Namespace, s Spec) (net.HardwareAddr, error) {
 	s, err := s.normalized()
 	if err != nil {
-		return fmt.Errorf("attach %s: %w", describe(s, -1), err)
+		return nil, fmt.Errorf("attach %s: %w", describe(s, -1), err)
 	}
 	fd := nsFd(podNS)
 	defer runtime.KeepAlive(podNS)
-	if err := attach(fd, s); err != nil {
-		return fmt.Errorf("attach %s: %w", describe(s, fd), err)
+	mac, err := attach(fd, s)
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: %w", describe(s, fd), err)
 	}
-	return nil
+	return mac, nil
 }
 
 // Detach deletes the interface name ([DefaultName] if empty) from the

@@ -271,7 +271,7 @@ func TestAttachUndoes(t *testing.T) {
 func TestAttachInvalidSpec(t *testing.T) {
 	pod := testenv.NewNetNS(t)
 	// Refused before any netlink: no host namespace needed.
-	err := Attach(pod, Spec{Parent: "hsn0"})
+	_, err := Attach(pod, Spec{Parent: "hsn0"})
 	if !errors.Is(err, ErrInvalidSpec) {
 		t.Errorf("Attach without an address = %v, want ErrInvalidSpec", err)
 	}

@@ -12,31 +12,31 @@ import (
 )
 
 // attach is [Attach] on the namespace of fd, s normalized.
-func attach(fd int, s Spec) error {
+func attach(fd int, s Spec) (net.HardwareAddr, error) {
 	l, err := open(fd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer l.close()
 	parent, err := l.parent(s.Parent)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	existing, err := l.pod.LinkByName(s.Name)
 	switch {
 	case err == nil:
-		return l.adopt(existing, parent, s)
+		return existing.Attrs().HardwareAddr, l.adopt(existing, parent, s)
 	case !isNotFound(err):
-		return fmt.Errorf("look up %s: %w", s.Name, err)
+		return nil, fmt.Errorf("look up %s: %w", s.Name, err)
 	}
 	child, err := l.create(fd, parent, s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := l.configure(child, s); err != nil {
-		return l.undo(child, err)
+		return nil, l.undo(child, err)
 	}
-	return nil
+	return child.Attrs().HardwareAddr, nil
 }
 
 // create makes the child of parent inside the pod's namespace under a
