@@ -47,6 +47,9 @@ func Run(ctx context.Context, opts Options, logger *slog.Logger) error {
 type policy struct {
 	defaults engine.Defaults
 	jobs     *jobpolicy.Policy
+	// hsn is the hsn interfaces a claim's pod gets (DRA); nil: none. The
+	// device plugin reads the same setting per resource (devplugin's).
+	hsn *engine.HSNPolicy
 }
 
 // policyFrom turns the configuration into the policy.
@@ -59,6 +62,10 @@ func policyFrom(c config.Config) policy {
 		}
 	}
 	p := policy{defaults: engine.Defaults{TCs: tcs, Adjust: c.JobOptions.Adjust()}, jobs: jobpolicy.New(c)}
+	if h := c.NICResource.HSNInterface; h.Enabled {
+		hp := engine.HSNPolicyOf(h)
+		p.hsn = &hp
+	}
 	if len(c.Limits) > 0 {
 		l := cxi.DefaultLimits()
 		field := map[string]*cxi.Limit{

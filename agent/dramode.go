@@ -81,6 +81,7 @@ func (a *parts) buildDRA(context.Context) error {
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.eng,
 		NICs: nics, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Jobs:   func() *jobpolicy.Policy { return a.pol.Load().jobs },
+		HSN:    func() *engine.HSNPolicy { return a.pol.Load().hsn },
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
 		OpenNetns: a.openHostNetns,
@@ -116,7 +117,11 @@ func (a *parts) draNICs() ([]dra.NICDevice, map[string]string, error) {
 		if a.nics[n.Name] == nil {
 			return nil, nil, fmt.Errorf("--api=dra: NIC %s is served but not opened", n.Name)
 		}
-		nics = append(nics, dra.NICDevice{Name: n.Name, DevPath: filepath.Join(a.opts.DevRoot, n.Name)})
+		dev := dra.NICDevice{Name: n.Name, DevPath: filepath.Join(a.opts.DevRoot, n.Name)}
+		if n.NetDev != nil {
+			dev.Netdev = n.NetDev.Name
+		}
+		nics = append(nics, dev)
 		if _, topo, err := tree.Locate(n.PCIAddress); err == nil {
 			roots[n.Name] = topo.Root
 		} else {

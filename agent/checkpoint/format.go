@@ -55,6 +55,10 @@ type podV3 struct {
 	CollEnv   []string            `json:"collEnv,omitempty"`
 	HSN       *HSNLink            `json:"hsn,omitempty"`
 	Options   *ServiceOptions     `json:"options,omitempty"`
+	// MoreHSN is new beside version 3 (multi-rail): an agent of 0.2.0
+	// ignores it, knows the first interface, and releases every address
+	// of the pod by its owner prefix.
+	MoreHSN []HSNLink `json:"moreHSN,omitempty"`
 }
 
 type serviceV3 struct {
@@ -84,6 +88,10 @@ type claimV3 struct {
 	Unpreparing bool             `json:"unpreparing,omitempty"`
 	Created     time.Time        `json:"created"`
 	Options     *ServiceOptions  `json:"options,omitempty"`
+	// HSN and MoreHSN are new beside version 3 (a claim's hsn
+	// interfaces); an agent of 0.2.0 ignores them.
+	HSN     *HSNLink  `json:"hsn,omitempty"`
+	MoreHSN []HSNLink `json:"moreHSN,omitempty"`
 }
 
 type claimServiceV3 struct {
@@ -169,7 +177,7 @@ func podToV3(h *Holder) *podV3 {
 	for _, s := range h.Services {
 		p.Services = append(p.Services, serviceV3{NIC: s.NIC, ID: s.ID, VNIs: s.VNIs})
 	}
-	p.HSN = h.HSN
+	p.HSN, p.MoreHSN = h.HSN, h.MoreHSN
 	return p
 }
 
@@ -186,7 +194,7 @@ func podFromV3(p *podV3) *Holder {
 		// A pod's services all admit the pod's one recorded member.
 		h.Services = append(h.Services, Service{NIC: s.NIC, ID: s.ID, VNIs: s.VNIs, Netns: p.Netns})
 	}
-	h.HSN = p.HSN
+	h.HSN, h.MoreHSN = p.HSN, p.MoreHSN
 	return h
 }
 
@@ -195,7 +203,7 @@ func claimToV3(h *Holder) *claimV3 {
 		UID: h.UID, Namespace: h.Namespace, Name: h.Name, Pods: h.Pods, Config: h.Config, Results: h.Results,
 		LeaseKey: h.LeaseKey, VNI: h.VNI, Scope: h.Scope, Local: h.Local, Released: h.Released,
 		CollEnv: h.CollEnv, BoundPod: h.BoundPod, BoundNetns: h.BoundNetns, Prepared: h.Prepared,
-		Unpreparing: h.Unpreparing, Created: h.Created, Options: h.Options,
+		Unpreparing: h.Unpreparing, Created: h.Created, Options: h.Options, HSN: h.HSN, MoreHSN: h.MoreHSN,
 	}
 	for _, s := range h.Services {
 		c.Services = append(c.Services, claimServiceV3{NIC: s.NIC, ID: s.ID, Netns: s.Netns})
@@ -209,6 +217,7 @@ func claimFromV3(c *claimV3) *Holder {
 		Results: c.Results, LeaseKey: c.LeaseKey, VNI: c.VNI, Scope: c.Scope, Local: c.Local,
 		Released: c.Released, CollEnv: c.CollEnv, BoundPod: c.BoundPod, BoundNetns: c.BoundNetns,
 		Prepared: c.Prepared, Unpreparing: c.Unpreparing, Created: c.Created, Options: c.Options,
+		HSN: c.HSN, MoreHSN: c.MoreHSN,
 	}
 	// Versions 2 and 3 did not record a claim's VNIs per service: its
 	// services carry the claim's.

@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,5 +123,48 @@ func TestFormat4OnlyWhenAskedAndBack(t *testing.T) {
 	}
 	if _, err := Open(path, "node-1", 5); err == nil {
 		t.Fatal("a format this agent cannot write was accepted")
+	}
+}
+
+// A pod's and a claim's hsn interfaces, several of each, survive either
+// format: version 3 carries them beside the fields the last release
+// reads.
+func TestHSNLinksInEitherFormat(t *testing.T) {
+	links := func(base string) []HSNLink {
+		return []HSNLink{
+			{Name: "hsn0", Parent: "hsn0", Mode: "macvlan", Address: netip.MustParsePrefix(base + ".1/16"), Owner: "x/hsn0", HardwareAddr: "02:00:00:00:00:01"},
+			{Name: "hsn1", Parent: "hsn1", Mode: "macvlan", Address: netip.MustParsePrefix(base + ".2/16"), Owner: "x/hsn1"},
+		}
+	}
+	for _, format := range []int{3, 4} {
+		t.Run(fmt.Sprint(format), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "checkpoint.json")
+			st, err := Open(path, "node-1", format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := Holder{Kind: KindPod, UID: "uid-a", Namespace: "ns", Name: "a", DeviceIDs: map[string][]string{}}
+			pod.SetHSNLinks(links("10.150.0"))
+			claim := Holder{Kind: KindClaim, UID: "claim-u", Namespace: "ns", Name: "c"}
+			claim.SetHSNLinks(links("10.151.0"))
+			for _, h := range []Holder{pod, claim} {
+				if err := st.Put(h); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.Save(); err != nil {
+				t.Fatal(err)
+			}
+			back, err := Open(path, "node-1", format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range []Holder{pod, claim} {
+				got, _ := back.Get(h.ID())
+				if !reflect.DeepEqual(got.HSNLinks(), h.HSNLinks()) {
+					t.Errorf("%s's links read back as %+v, want %+v", h.String(), got.HSNLinks(), h.HSNLinks())
+				}
+			}
+		})
 	}
 }

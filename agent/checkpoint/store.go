@@ -254,8 +254,10 @@ func check(st *State, id string, h *Holder) error {
 		if h.LeaseKey != "" && o.LeaseKey == h.LeaseKey && o.VNI != h.VNI {
 			return fmt.Errorf("%w: lease %s has VNI %d for %s and %d for %s", ErrInvariant, h.LeaseKey, o.VNI, o, h.VNI, h)
 		}
-		if h.HSN != nil && o.HSN != nil && h.HSN.Address.Addr() == o.HSN.Address.Addr() {
-			return fmt.Errorf("%w: hsn address %s recorded for both %s and %s", ErrInvariant, h.HSN.Address.Addr(), o, h)
+		for _, l := range h.HSNLinks() {
+			if slices.ContainsFunc(o.HSNLinks(), func(x HSNLink) bool { return x.Address.Addr() == l.Address.Addr() }) {
+				return fmt.Errorf("%w: hsn address %s recorded for both %s and %s", ErrInvariant, l.Address.Addr(), o, h)
+			}
 		}
 		if h.Local && o.Local && h.VNI != 0 && o.VNI == h.VNI {
 			return fmt.Errorf("%w: node-pool VNI %d recorded for both %s and %s", ErrInvariant, h.VNI, o, h)

@@ -6,9 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
@@ -53,45 +51,11 @@ func newHSNRig(t *testing.T, netns fakeNetns) *hsnRig {
 	h := &hsnRig{rig: r, linker: hsntest.New(), ctl: ipamtest.NewController(hsnPool), network: map[string]string{}}
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
-	h.addrs = startAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
+	h.addrs = hsntest.StartAllocator(t, h.ctl.Node("n1"), dir+"/ipam.json")
 	r.addrs, r.linker = h.addrs, h.linker
 	r.useLeaser(t, networkLeaser{fakeLeaser: r.leaser, network: h.network})
 	r.b.setPolicy(policy{hsn: map[string]engine.HSNPolicy{res: {Mode: hsnlink.Macvlan, Name: "hsn0", Pool: "hsn0"}}})
 	return h
-}
-
-// startAllocator runs an allocator until the test ends, and returns once
-// it knows its pools: its first pass leases a slice only after it has
-// recorded the pools it listed.
-func startAllocator(t *testing.T, s ipam.Slicer, state string) *ipam.Allocator {
-	t.Helper()
-	sig := &acquireSignal{Slicer: s, acquiring: make(chan struct{})}
-	a, err := ipam.New(ipam.Options{StatePath: state, Slicer: sig, LowWater: 4, Interval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-sig.acquiring:
-	case <-time.After(10 * time.Second):
-		t.Fatal("allocator leased no slice within 10s")
-	}
-	return a
-}
-
-// acquireSignal closes acquiring at the first Acquire.
-type acquireSignal struct {
-	ipam.Slicer
-	once      sync.Once
-	acquiring chan struct{}
-}
-
-func (s *acquireSignal) Acquire(ctx context.Context, pool string, count int) ([]ipam.Slice, error) {
-	s.once.Do(func() { close(s.acquiring) })
-	return s.Slicer.Acquire(ctx, pool, count)
 }
 
 // owners are the allocator's owners of pod addresses.
@@ -300,7 +264,7 @@ func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 	linker, ctl := hsntest.New(), ipamtest.NewController(hsnPool, railPool)
 	r.b.nics["cxi0"].netdev = "hsn0"
 	r.b.nics["cxi1"].netdev = "hsn1"
-	addrs := startAllocator(t, ctl.Node("n1"), dir+"/ipam.json")
+	addrs := hsntest.StartAllocator(t, ctl.Node("n1"), dir+"/ipam.json")
 	r.addrs, r.linker = addrs, linker
 	r.useLeaser(t, r.leaser)
 	c, err := config.Parse([]byte("nicResource: {hsnInterface: {enabled: true, allNICs: true, poolByNetdev: {hsn1: rail1}}}\n"))

@@ -36,6 +36,7 @@ type SpecWriter interface {
 type NICDevice struct {
 	Name    string // "cxi0", also the device name in the ResourceSlice
 	DevPath string // host path of /dev/cxiN
+	Netdev  string // the NIC's hsn netdev, "hsn0"; "" if it has none
 }
 
 // ManagerConfig is what a Manager is made of.
@@ -55,7 +56,10 @@ type ManagerConfig struct {
 	CDI     SpecWriter
 	// Jobs is what a claim may ask for its services (the configuration's
 	// jobOptions, as it is now); nil, or a nil policy: the defaults.
-	Jobs    func() *jobpolicy.Policy
+	Jobs func() *jobpolicy.Policy
+	// HSN is the hsn interfaces a bound claim's pod gets on its NICs, as
+	// configured now; nil, or a nil policy: none.
+	HSN     func() *engine.HSNPolicy
 	Logger  *slog.Logger
 	Metrics *Metrics // nil: not measured
 	// OpenNetns opens a namespace by the path the runtime names it by.
@@ -385,7 +389,12 @@ func (m *Manager) Unprepare(ctx context.Context, uid string) (err error) {
 // teardown has the engine tear claim id down, its CDI spec removed once
 // its services are gone. The claim's lock is held.
 func (m *Manager) teardown(ctx context.Context, id string) error {
-	_, err := m.eng.Teardown(ctx, id, func(rec Record) error { return m.cfg.CDI.Remove(cdiKey(rec.UID)) })
+	_, err := m.eng.Teardown(ctx, id, func(rec Record) error {
+		if !m.eng.DropHSN(id) {
+			return errors.New("its hsn interfaces or addresses are not released yet")
+		}
+		return m.cfg.CDI.Remove(cdiKey(rec.UID))
+	})
 	return err
 }
 
@@ -438,6 +447,8 @@ func (m *Manager) Bind(ctx context.Context, sb Sandbox) (err error) {
 	return errors.Join(errs...)
 }
 
+// bindClaim binds claim uid to the sandbox's namespace and gives the pod
+// the claim's hsn interfaces.
 func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 	id := checkpoint.ClaimID(uid)
 	unlock := m.eng.Lock(id)
@@ -456,6 +467,9 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		return fmt.Errorf("%w: pod %s: %w", ErrNotBound, sb.Key(), err)
 	}
 	inode := ns.Inode()
+	// A sandbox made again: the claim's hsn interfaces leave the old
+	// namespace, still held, before the engine lets it go.
+	m.eng.LeaveOldNamespace(id, ns)
 	replaced, err := m.eng.Bind(ctx, id, ns, func(r *Record) { r.BoundPod, r.BoundNetns = sb.UID, sb.NetnsPath })
 	if err != nil {
 		return fmt.Errorf("%w: claim %s: %w", ErrNotBound, rec.Key(), err)
@@ -465,11 +479,46 @@ func (m *Manager) bindClaim(ctx context.Context, uid string, sb Sandbox) error {
 		if err := m.writeSpec(id); err != nil {
 			return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.eng.Unbind(ctx, id, inode)))
 		}
-		rec, _ = m.eng.Get(id)
-		m.cfg.Status.enqueue(m.statusOf(rec))
+	}
+	if err := m.ensureHSN(ctx, id, sb); err != nil {
+		// The services admit the namespace, which lacks what the claim
+		// promises: unbound, the container is refused and the sandbox
+		// retried.
+		return fmt.Errorf("%w: %w", ErrNotBound, errors.Join(err, m.eng.Unbind(ctx, id, inode)))
+	}
+	now, _ := m.eng.Get(id)
+	if replaced || !slices.Equal(now.HSNLinks(), rec.HSNLinks()) {
+		m.cfg.Status.enqueue(m.statusOf(now))
 	}
 	m.log.Info("bound claim", "claim", rec.Key(), "pod", sb.Key(), "netns", inode, "vni", rec.VNI, "replaced", replaced)
 	return nil
+}
+
+// ensureHSN has the engine give the bound pod the claim's hsn interfaces,
+// where the configuration asks for them: one on the netdev of the
+// claim's first NIC that has one, or on each with allNICs. They are
+// numbered after the interfaces the pod's other claims have: each claim's
+// names stay its own, whichever binds first.
+func (m *Manager) ensureHSN(ctx context.Context, id string, sb Sandbox) error {
+	var pol *engine.HSNPolicy
+	if m.cfg.HSN != nil {
+		pol = m.cfg.HSN()
+	}
+	if pol == nil {
+		return nil
+	}
+	rec, _ := m.eng.Get(id)
+	first := 0
+	for _, other := range m.Records() {
+		if other.ID() != id && other.ReservedFor(sb.UID) {
+			first += len(other.HSNLinks())
+		}
+	}
+	var rails []engine.Rail
+	for _, name := range m.nicNames(rec) {
+		rails = append(rails, engine.Rail{NIC: name, Netdev: m.nics[name].Netdev})
+	}
+	return m.eng.EnsureHSN(ctx, id, m.eng.Namespaces().Get(id), engine.HSNRequest{Policy: *pol, Rails: rails, Pod: sb.Key(), FirstIndex: first})
 }
 
 // checkSuffixes refuses a pod two of whose claims would set the same
@@ -674,6 +723,7 @@ func (m *Manager) Reconcile(ctx context.Context, lo, hi uint16) (ReconcileReport
 		}
 		unlock()
 	}
+	m.eng.ReconcileHSN()
 	orphans, err := m.eng.Orphans(ctx, engine.OrphanRules{Lo: lo, Hi: hi}, func(h Record) bool { return h.Kind == checkpoint.KindClaim })
 	rep.Orphans = orphans.Destroyed
 	m.eng.DropStalePins()

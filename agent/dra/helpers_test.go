@@ -124,6 +124,9 @@ type rig struct {
 	pins     engine.Pinner
 	metrics  engine.Metrics
 	defaults engine.Defaults
+	// addrs and linker are the engine's hsn parts; nil: none, netlink.
+	addrs  engine.AddressAllocator
+	linker engine.Linker
 }
 
 func newRig(t *testing.T) *rig {
@@ -177,6 +180,7 @@ func (r *rig) restart() {
 	}
 	eng, err := engine.New(engine.Config{
 		Node: r.cfg.Node, Store: st, NICs: r.drv, Leaser: r.lease, Pins: r.pins, Metrics: r.metrics, Events: events,
+		Addrs: r.addrs, Linker: r.linker,
 		Defaults: func() engine.Defaults { return r.defaults },
 	})
 	if err != nil {

@@ -32,12 +32,26 @@ type DeviceData struct {
 	TrafficClasses []string `json:"trafficClasses,omitempty"`
 }
 
+// NetworkData is the pod's hsn interface on a device, written as the
+// device's status.devices[].networkData (KEP-4817), where Kubernetes
+// shows a pod's interfaces.
+type NetworkData struct {
+	// Interface is its name in the pod, "hsn0".
+	Interface string
+	// IPs are its addresses with their prefix length, "10.150.0.3/16".
+	IPs []string
+	// HardwareAddress is its MAC address; "" if not known.
+	HardwareAddress string
+}
+
 // DeviceStatus is one allocated device's entry in the claim's status.
 type DeviceStatus struct {
 	Pool, Device string
 	// ShareID is the claim's share of a shared device; "" for none.
 	ShareID string
 	Data    DeviceData
+	// Network is the pod's hsn interface on the device; nil: none.
+	Network *NetworkData
 }
 
 // ClaimStatus is what is written into one claim's status.
@@ -77,6 +91,13 @@ func (a APIClaimStatus) WriteClaimStatus(ctx context.Context, st ClaimStatus) er
 		if d.ShareID != "" {
 			// The entry's key is driver, pool, device and share.
 			dev.WithShareID(d.ShareID)
+		}
+		if n := d.Network; n != nil {
+			nd := resourceac.NetworkDeviceData().WithInterfaceName(n.Interface).WithIPs(n.IPs...)
+			if n.HardwareAddress != "" {
+				nd.WithHardwareAddress(n.HardwareAddress)
+			}
+			dev.WithNetworkData(nd)
 		}
 		status.WithDevices(dev)
 	}
@@ -223,6 +244,13 @@ func (m *Manager) statusOf(rec Record) ClaimStatus {
 		if rec.VNI != 0 {
 			d.Data.VNIs = []uint16{rec.VNI}
 			d.Data.TrafficClasses = tcs
+		}
+		if netdev := m.nics[r.Device].Netdev; netdev != "" {
+			for _, l := range rec.HSNLinks() {
+				if l.Parent == netdev {
+					d.Network = &NetworkData{Interface: l.Name, IPs: []string{l.Address.String()}, HardwareAddress: l.HardwareAddr}
+				}
+			}
 		}
 		st.Devices = append(st.Devices, d)
 	}

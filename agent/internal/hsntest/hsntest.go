@@ -4,12 +4,16 @@
 package hsntest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
+	"github.com/slingshot-k8s/slingshot/agent/ipam"
 )
 
 // Linker is an engine.Linker over a map. Safe for concurrent use.
@@ -82,4 +86,38 @@ func MAC(ino uint32, name string) net.HardwareAddr {
 	}
 	mac, _ := net.ParseMAC(fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", byte(ino>>24), byte(ino>>16), byte(ino>>8), byte(ino), sum))
 	return mac
+}
+
+// StartAllocator runs an allocator until the test ends, and returns once
+// it knows its pools: its first pass leases a slice only after it has
+// recorded the pools it listed.
+func StartAllocator(t *testing.T, s ipam.Slicer, state string) *ipam.Allocator {
+	t.Helper()
+	sig := &acquireSignal{Slicer: s, acquiring: make(chan struct{})}
+	a, err := ipam.New(ipam.Options{StatePath: state, Slicer: sig, LowWater: 4, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-sig.acquiring:
+	case <-time.After(10 * time.Second):
+		t.Fatal("allocator leased no slice within 10s")
+	}
+	return a
+}
+
+// acquireSignal closes acquiring at the first Acquire.
+type acquireSignal struct {
+	ipam.Slicer
+	once      sync.Once
+	acquiring chan struct{}
+}
+
+func (s *acquireSignal) Acquire(ctx context.Context, pool string, count int) ([]ipam.Slice, error) {
+	s.once.Do(func() { close(s.acquiring) })
+	return s.Slicer.Acquire(ctx, pool, count)
 }
