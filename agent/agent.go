@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,9 +171,11 @@ func (a *parts) commonReport(ctx context.Context, ready bool) *inspect.Report {
 		}
 		ip := inspect.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, VNI: p.VNI, Scope: p.Scope, State: st,
 			Collectives: engine.CollectivesJobID(p.CollEnv)}
-		if h := p.HSN; h != nil {
-			ip.HSN = fmt.Sprintf("%s %s on %s", h.Name, h.Address, h.Parent)
+		var hsn []string
+		for _, l := range p.HSNLinks() {
+			hsn = append(hsn, fmt.Sprintf("%s %s on %s", l.Name, l.Address, l.Parent))
 		}
+		ip.HSN = strings.Join(hsn, ", ")
 		for _, s := range p.Services {
 			ip.NICs = append(ip.NICs, s.NIC)
 			if podOf[s.NIC] == nil {

@@ -105,7 +105,8 @@ type Pod struct {
 	Scope     string   `json:"scope"`
 	NICs      []string `json:"nics"`
 	State     string   `json:"state"` // "running", "cleaning up"
-	// HSN is the pod's hsn interface, "hsn0 10.150.3.7/16 on hsn0".
+	// HSN is the pod's hsn interfaces, "hsn0 10.150.3.7/16 on hsn0", one
+	// per NIC with allNICs: "hsn0 ... on hsn0, hsn1 10.151.0.4/16 on hsn1".
 	HSN string `json:"hsn,omitempty"`
 	// Collectives is the job's hardware-collectives reservation at the
 	// fabric manager (FI_CXI_COLL_JOB_ID), "" when it has none.

@@ -74,6 +74,11 @@ type Options struct {
 	// pool IPPool. The hsn netdevs the mock NICs name exist in the node's
 	// network namespace either way (node.Options.HSNNetdevs).
 	HSNInterface bool
+	// HSNAllNICs, with HSNInterface, gives a pod an interface on every NIC
+	// it holds (agent.hsnInterface.allNICs); HSNRailPools gives each
+	// netdev's interfaces a pool of its own (RailPool,
+	// agent.hsnInterface.poolByNetdev), else all come from IPPool.
+	HSNAllNICs, HSNRailPools bool
 	// API is the agent's front end, APIDevicePlugin (default) or APIDRA:
 	// the chart's api value (dra.go).
 	API string
@@ -605,7 +610,22 @@ func (e *Env) values() map[string]any {
 		agent["hsnInterface"] = map[string]any{"enabled": true, "mode": "macvlan", "name": HSNInterface, "pool": IPPool}
 		// Unprivileged, the agent gets CAP_NET_ADMIN from the chart with
 		// the hsn interface on, which making the links needs.
-		v["controller"].(map[string]any)["ipPools"] = fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)
+		pools := []string{fmt.Sprintf("%s=%s:/%d", IPPool, IPPoolPrefix, IPSliceBits)}
+		hsn := agent["hsnInterface"].(map[string]any)
+		hsn["allNICs"] = e.opts.HSNAllNICs
+		if e.opts.HSNRailPools {
+			byNetdev := map[string]any{}
+			for _, n := range e.Machine.NICs {
+				name, prefix := RailPool(n.NetDev)
+				if n.NetDev == "" || name == IPPool {
+					continue
+				}
+				byNetdev[n.NetDev] = name
+				pools = append(pools, fmt.Sprintf("%s=%s:/%d", name, prefix, IPSliceBits))
+			}
+			hsn["poolByNetdev"] = byNetdev
+		}
+		v["controller"].(map[string]any)["ipPools"] = strings.Join(pools, ",")
 	}
 	if e.opts.ControllerVolume {
 		v["controller"].(map[string]any)["persistence"] = map[string]any{"enabled": true, "existingClaim": controllerClaim}

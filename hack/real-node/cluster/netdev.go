@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
@@ -64,4 +67,14 @@ func (e *Env) FlapNetdev(ctx context.Context, netdev string, rounds int, shown f
 		}
 	}
 	return took, nil
+}
+
+// RailPool is the IP pool of the interfaces on netdev with HSNAllNICs:
+// hsn0's is IPPool; hsnN's is its own, "hsnN" of 10.(150+N).0.0/16.
+func RailPool(netdev string) (name string, prefix netip.Prefix) {
+	n, err := strconv.Atoi(strings.TrimPrefix(netdev, "hsn"))
+	if err != nil || n == 0 {
+		return IPPool, netip.MustParsePrefix(IPPoolPrefix)
+	}
+	return netdev, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(150 + n), 0, 0}), 16)
 }

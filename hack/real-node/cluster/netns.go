@@ -28,12 +28,18 @@ type Link struct {
 	Mode  string // a macvlan's or ipvlan's mode: "bridge", "l2"
 	Up    bool   // administratively up
 	Addrs []netip.Prefix
+	// MAC is its hardware address; ParentIndex the ifindex of a macvlan's
+	// or ipvlan's parent, in the namespace the parent is in (0: none).
+	MAC         string
+	ParentIndex int
 }
 
 // ipLink is the part of `ip -j -d addr show` that Links reads.
 type ipLink struct {
-	Name     string   `json:"ifname"`
-	Flags    []string `json:"flags"`
+	Name      string   `json:"ifname"`
+	Flags     []string `json:"flags"`
+	Address   string   `json:"address"`
+	LinkIndex int      `json:"link_index"`
 	LinkInfo struct {
 		Kind string `json:"info_kind"`
 		Data struct {
@@ -65,7 +71,7 @@ func Links(ctx context.Context, path string) ([]Link, error) {
 	}
 	links := make([]Link, 0, len(raw))
 	for _, r := range raw {
-		l := Link{Name: r.Name, Kind: r.LinkInfo.Kind, Mode: r.LinkInfo.Data.Mode}
+		l := Link{Name: r.Name, Kind: r.LinkInfo.Kind, Mode: r.LinkInfo.Data.Mode, MAC: r.Address, ParentIndex: r.LinkIndex}
 		for _, f := range r.Flags {
 			l.Up = l.Up || f == "UP"
 		}

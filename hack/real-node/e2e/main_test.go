@@ -23,8 +23,10 @@ func TestMain(m *testing.M) {
 		return cluster.Options{
 			Root: root,
 			// Every pod holding a NIC gets an hsn interface: the other tests'
-			// pods go through that path too (TestHSNInterfaceTCP).
-			HSNInterface: true,
+			// pods go through that path too (TestHSNInterfaceTCP); a pod of
+			// several NICs gets one on each (TestHSNInterfaceOnEveryNIC), all
+			// from one pool, so that any two pods reach each other.
+			HSNInterface: true, HSNAllNICs: true,
 			// The agent privileged, as the chart's production default: it
 			// pins the namespaces its services admit, and the pins outlive
 			// it (TestAgentKilledSandboxesMadeAgain).

@@ -104,6 +104,12 @@ and nicResource.hsnInterface from agent.hsnInterface when that is enabled. */}}
 {{- if $h.mtu }}
 {{- $_ := set $hsn "mtu" $h.mtu }}
 {{- end }}
+{{- if $h.allNICs }}
+{{- $_ := set $hsn "allNICs" true }}
+{{- end }}
+{{- if $h.poolByNetdev }}
+{{- $_ := set $hsn "poolByNetdev" $h.poolByNetdev }}
+{{- end }}
 {{- $nic := default dict (get $cfg "nicResource") }}
 {{- $_ := set $nic "hsnInterface" $hsn }}
 {{- $_ := set $cfg "nicResource" $nic }}
@@ -173,6 +179,11 @@ JSON list. */}}
 {{- end }}
 {{- if and .Values.controller.enabled (not (has $h.pool (include "slingshot.controller.ipPoolNames" . | fromJsonArray))) }}
 {{- fail (printf "agent.hsnInterface.pool %q is not a pool of controller.ipPools %q: the agents would have no addresses to give" $h.pool .Values.controller.ipPools) }}
+{{- end }}
+{{- range $dev, $pool := $h.poolByNetdev }}
+{{- if and $.Values.controller.enabled (not (has $pool (include "slingshot.controller.ipPoolNames" $ | fromJsonArray))) }}
+{{- fail (printf "agent.hsnInterface.poolByNetdev.%s %q is not a pool of controller.ipPools %q: the agents would have no addresses to give" $dev $pool $.Values.controller.ipPools) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and .Values.metacontroller.enabled (not .Values.controller.enabled) }}
