@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -180,38 +178,16 @@ func jobSpecs(t *testing.T, vni uint16) []string {
 	}
 	var out []string
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		e, err := cluster.CDIEnv(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since the glob: a gone pod's
 		}
 		if err != nil {
-			t.Fatal(err)
-		}
-		var spec struct {
-			Devices []struct {
-				ContainerEdits struct {
-					Env []string `json:"env"`
-				} `json:"containerEdits"`
-			} `json:"devices"`
-		}
-		if err := json.Unmarshal(b, &spec); err != nil {
 			t.Fatalf("CDI spec %s: %v", p, err)
 		}
-		for _, d := range spec.Devices {
-			if namesVNI(d.ContainerEdits.Env, vni) {
-				out = append(out, p)
-				break
-			}
+		if list, ok := e[engine.EnvVNIs]; ok && slices.Contains(strings.Split(list, ","), strconv.Itoa(int(vni))) {
+			out = append(out, p)
 		}
 	}
 	return out
-}
-
-func namesVNI(env []string, vni uint16) bool {
-	for _, kv := range env {
-		if list, ok := strings.CutPrefix(kv, engine.EnvVNIs+"="); ok {
-			return slices.Contains(strings.Split(list, ","), strconv.Itoa(int(vni)))
-		}
-	}
-	return false
 }

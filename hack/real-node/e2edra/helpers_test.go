@@ -281,38 +281,6 @@ func claimSpecs(t *testing.T, c *resourcev1.ResourceClaim) []string {
 	return m
 }
 
-// cdiEnv reads the environment a CDI spec file gives its containers.
-func cdiEnv(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var spec struct {
-		ContainerEdits struct {
-			Env []string `json:"env"`
-		} `json:"containerEdits"`
-		Devices []struct {
-			ContainerEdits struct {
-				Env []string `json:"env"`
-			} `json:"containerEdits"`
-		} `json:"devices"`
-	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	out := map[string]string{}
-	all := spec.ContainerEdits.Env
-	for _, d := range spec.Devices {
-		all = append(all, d.ContainerEdits.Env...)
-	}
-	for _, kv := range all {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
-	}
-	return out, nil
-}
-
 // draState is what must survive restarts of the kubelet and the agent
 // with a Job's pods running: their services as the driver holds them,
 // their claims' CDI specs, the job VNI and the controller's holders of it.

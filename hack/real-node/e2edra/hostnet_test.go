@@ -60,7 +60,7 @@ func TestDRAHostNetworkRefused(t *testing.T) {
 			// bound.
 			for _, spec := range claimSpecs(t, c) {
 				specs = append(specs, spec)
-				e, err := cdiEnv(spec)
+				e, err := cluster.CDIEnv(spec)
 				if err != nil {
 					t.Fatal(err)
 				}
