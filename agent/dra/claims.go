@@ -238,7 +238,37 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (Record, error) {
 	if rec.Options, err = m.options(claim.Namespace, cfg.ServiceOptions); err != nil {
 		return rec, fmt.Errorf("claim %s, %s serviceOptions: %w", rec.Key(), ConfigKind, err)
 	}
+	if err := m.checkPools(rec, claim.Status.Allocation.Devices.Results); err != nil {
+		return rec, err
+	}
 	return rec, nil
+}
+
+// checkPools refuses a claim whose services take an LE or TLE pool of a
+// NIC it shares with other claims, where its allocation did not count
+// one: the scheduler, which cannot read the claim's options, would
+// otherwise place more such services on a NIC than it has pools, and the
+// last would fail here with the NIC's pools full. A NIC the claim has
+// alone counts nothing: its pools are the claim's.
+func (m *Manager) checkPools(rec Record, results []resourceapi.DeviceRequestAllocationResult) error {
+	lePool, tlePool := m.eng.Pools(rec.Options)
+	need := []struct {
+		takes    bool
+		capacity resourceapi.QualifiedName
+		what     string
+	}{{lePool, CapacityLEPools, "LEs"}, {tlePool, CapacityTLEPools, "TLEs"}}
+	for _, r := range results {
+		if r.Driver != m.cfg.Driver || r.ShareID == nil {
+			continue
+		}
+		for _, n := range need {
+			if q, ok := r.ConsumedCapacity[n.capacity]; n.takes && (!ok || q.Value() < 1) {
+				return fmt.Errorf("claim %s: its services reserve %s (its %s serviceOptions, or the node's limits), so each takes one of %s's %s, and its request counts none: add capacity: {requests: {%s: \"1\"}} to request %q, so that the scheduler places it on a NIC with a pool free",
+					rec.Key(), n.what, ConfigKind, r.Device, n.capacity, n.capacity, r.Request)
+			}
+		}
+	}
+	return nil
 }
 
 // podsOf are the pods claim is reserved for.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/slingshot-k8s/slingshot/cxi"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -86,7 +87,12 @@ func Devices(driver string, nics []NIC) []resourceapi.Device {
 // claim on it gets a service of its own, so the scheduler counts one of
 // `services` per claim by default and refuses a claim beyond them; a claim
 // asking for every service (capacity.requests) has the NIC to itself. TLEs
-// are consumed only where a claim asks for them. A NIC whose services are
+// are consumed only where a claim asks for them. A shared NIC also counts
+// its LE and TLE pools: a service reserving LEs takes an LE pool of its
+// own (15 of them), one reserving TLEs a TLE pool (3, the default
+// service holding the fourth), which is what limits such services on a
+// NIC; a claim whose services reserve them asks for one of each it needs
+// (Prepare refuses one that does not, checkPools). A NIC whose services are
 // unknown stays one claim's at a time. A cluster without the
 // DRAConsumableCapacity gate drops the policy and the flag, and so serves
 // each NIC to one claim at a time.
@@ -99,6 +105,8 @@ func addCapacity(d *resourceapi.Device, n NIC) {
 	if shared {
 		d.AllowMultipleAllocations = ptr.To(true)
 		d.Capacity[CapacityServices] = consumable(n.Services, 1, 1)
+		d.Capacity[CapacityLEPools] = onePerClaim(cxi.NumLEPools - 1)
+		d.Capacity[CapacityTLEPools] = onePerClaim(cxi.NumTLEPools - 1)
 	}
 	if n.TLEs > 0 {
 		if shared {
@@ -113,7 +121,23 @@ func addCapacity(d *resourceapi.Device, n NIC) {
 const (
 	CapacityServices resourceapi.QualifiedName = "services"
 	CapacityTLEs     resourceapi.QualifiedName = "tles"
+	CapacityLEPools  resourceapi.QualifiedName = "lePools"
+	CapacityTLEPools resourceapi.QualifiedName = "tlePools"
 )
+
+// onePerClaim is a capacity of value pools, of which a claim consumes
+// none unless it asks for one: a claim's service on the NIC takes at most
+// one pool of a kind.
+func onePerClaim(value int) resourceapi.DeviceCapacity {
+	q := func(v int) *resource.Quantity { return resource.NewQuantity(int64(v), resource.DecimalSI) }
+	return resourceapi.DeviceCapacity{
+		Value: *q(value),
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    q(0),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q(0), Max: q(1), Step: q(1)},
+		},
+	}
+}
 
 // consumable is a capacity of value of which a claim consumes def unless
 // it asks for more, from min to all of it, in whole units.

@@ -30,15 +30,19 @@ func TestDevices(t *testing.T) {
 		str(devs[0], "cassiniVersion") != "cassini2" {
 		t.Errorf("cxi0 attributes = %+v", a)
 	}
-	if q := devs[0].Capacity["services"].Value; q.Value() != 255 {
-		t.Errorf("cxi0 services capacity = %v, want 255", q.String())
+	for name, want := range map[resourceapi.QualifiedName]int64{"services": 255, "lePools": 15, "tlePools": 3} {
+		if q := devs[0].Capacity[name].Value; q.Value() != want {
+			t.Errorf("cxi0 %s capacity = %v, want %d", name, q.String(), want)
+		}
 	}
 	// cxi0's free services are known: claims share it, one service each
-	// by default, up to all of them; TLEs only where asked for.
+	// by default, up to all of them; TLEs only where asked for; of its LE
+	// and TLE pools (15 and 3 free for services) a claim takes one where
+	// it asks.
 	if m := devs[0].AllowMultipleAllocations; m == nil || !*m {
 		t.Error("cxi0 is not shared among claims")
 	}
-	for name, want := range map[resourceapi.QualifiedName][4]int64{"services": {1, 1, 255, 1}, "tles": {0, 0, 2048, 1}} {
+	for name, want := range map[resourceapi.QualifiedName][4]int64{"services": {1, 1, 255, 1}, "tles": {0, 0, 2048, 1}, "lePools": {0, 0, 1, 1}, "tlePools": {0, 0, 1, 1}} {
 		p := devs[0].Capacity[name].RequestPolicy
 		if p == nil || p.Default == nil || p.ValidRange == nil || p.ValidRange.Min == nil || p.ValidRange.Max == nil || p.ValidRange.Step == nil {
 			t.Errorf("cxi0 %s: request policy %+v, want default, min, max and step", name, p)

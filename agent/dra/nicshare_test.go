@@ -3,9 +3,11 @@ package dra
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -132,5 +134,58 @@ func TestDriverReloadRemakesSharedServicesWithTheirIDs(t *testing.T) {
 		if len(rec.Services) != 1 || rec.Services[0].ID != id {
 			t.Errorf("claim %s: services %+v after the reload, want ID %d again", uid, rec.Services, id)
 		}
+	}
+}
+
+// TestSharedClaimReservingLEsCountsAPool: on a NIC shared by claims, a
+// claim whose services reserve LEs (its serviceOptions' depth) takes one
+// of the NIC's LE pools, so its request must count one (lePools) for the
+// scheduler to know; without it Prepare refuses, naming the capacity to
+// ask for, holding nothing. With it, or on a NIC the claim has alone, or
+// without a reservation, it is prepared.
+func TestSharedClaimReservingLEsCountsAPool(t *testing.T) {
+	const opts = `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","serviceOptions":{"depth":4}}`
+	consumed := func(c *resourceapi.ResourceClaim, pools int64) *resourceapi.ResourceClaim {
+		for i := range c.Status.Allocation.Devices.Results {
+			c.Status.Allocation.Devices.Results[i].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+				CapacityServices: *resource.NewQuantity(1, resource.DecimalSI),
+				CapacityLEPools:  *resource.NewQuantity(pools, resource.DecimalSI),
+			}
+		}
+		return c
+	}
+	shared := func(uid, config string) *resourceapi.ResourceClaim {
+		c := claim(uid, "train-"+uid, config, "cxi0")
+		c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("share-" + uid))
+		return c
+	}
+	cases := []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		refused bool
+	}{
+		{"shared, reserving LEs, no pool counted", consumed(shared("a", opts), 0), true},
+		{"shared, reserving LEs, no capacity named", shared("b", opts), true},
+		{"shared, reserving LEs, a pool counted", consumed(shared("c", opts), 1), false},
+		{"shared, reserving nothing", consumed(shared("d", ""), 0), false},
+		{"the NIC alone, reserving LEs", claim("e", "train-e", opts, "cxi0"), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			_, err := r.m.Prepare(t.Context(), tc.claim)
+			if !tc.refused {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), `lePools: "1"`) || !strings.Contains(err.Error(), "cxi0") {
+				t.Fatalf("Prepare = %v, want a refusal naming cxi0 and the lePools request", err)
+			}
+			if len(r.services("cxi0")) != 0 || len(r.m.Records()) != 0 || len(r.leaser.held) != 0 {
+				t.Fatal("a refused claim left a service, a record or a lease")
+			}
+		})
 	}
 }

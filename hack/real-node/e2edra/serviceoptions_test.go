@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -99,11 +101,51 @@ func TestDRAServiceOptions(t *testing.T) {
 }
 
 // createOptionsTemplate makes the ResourceClaimTemplate "nic" of one NIC
-// with vni "job" and claimOptions in ns.
+// with vni "job" and claimOptions in ns. The options reserve LEs, so each
+// claim's service takes an LE pool of its NIC, which the request counts
+// (lePools) on a NIC claims share.
 func createOptionsTemplate(t *testing.T, ns string) {
 	t.Helper()
 	tmpl := cluster.NICClaimTemplateWith("nic", 1, &cluster.ClaimConfig{VNI: "job", ServiceOptions: json.RawMessage(claimOptions)})
+	req := tmpl.Spec.Spec.Devices.Requests[0].Exactly
+	req.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"lePools": resource.MustParse("1")}}
 	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDRAClaimReservingLEsCountsAPool: a claim whose serviceOptions
+// reserve LEs on a NIC claims share, and whose request counts none of the
+// NIC's LE pools, is refused at Prepare with a warning on its pod that
+// names the capacity to ask for (lePools), holding nothing.
+func TestDRAClaimReservingLEsCountsAPool(t *testing.T) {
+	needDRA(t)
+	ctx := t.Context()
+	ns := env.TestNamespace(t, "dra-lepools")
+	tmpl := cluster.NICClaimTemplateWith("nic", 1, &cluster.ClaimConfig{VNI: "job", ServiceOptions: json.RawMessage(`{"depth":4}`)})
+	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	job := cluster.ClaimJob("lepools", 1, "nic")
+	job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To(int64(0))
+	if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	why := waitPodWarning(t, ctx, ns, "", "refusing a claim that counts no LE pool", func(msg string) bool {
+		return strings.Contains(msg, "lePools")
+	})
+	for _, want := range []string{"reserve LEs", "capacity: {requests: {lePools"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the refusal %q does not say %q", why, want)
+		}
+	}
+	rep, err := env.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Claims {
+		if c.Namespace == ns {
+			t.Errorf("the refused claim %s/%s is in the agent's report: %+v", c.Namespace, c.Name, c)
+		}
 	}
 }
