@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
+	batchv1 "k8s.io/api/batch/v1"
 )
 
 // HSNRails reads the hsn interfaces of the pod v and checks them against
@@ -76,4 +79,36 @@ func (e *Env) HSNRails(ctx context.Context, v PodView, devicesVar string) ([]Lin
 		return out, fmt.Errorf("pod %s's hsn interfaces (%s=%s): %s", v.Key, devicesVar, v.Env[devicesVar], strings.Join(problems, "; "))
 	}
 	return out, nil
+}
+
+// CheckRailsKept runs a Job of one pod of two NICs in the namespace ns
+// and checks its hsn interfaces (HSNRails) before and after the agent's
+// pod is deleted and made again: the same interfaces, addresses and
+// MACs. It returns them.
+func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) []Link {
+	t.Helper()
+	ctx := t.Context()
+	pods, err := e.RunJob(ctx, ns, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.HSNRails(ctx, e.ViewPod(t, pods[0]), "SLINGSHOT_DEVICES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) != 2 {
+		t.Fatalf("%d hsn interfaces for a pod of two NICs: %+v", len(before), before)
+	}
+	t.Logf("pod %s/%s: %+v", ns, pods[0].Name, before)
+	if err := e.ReplaceAgentPod(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := e.HSNRails(ctx, e.ViewPod(t, pods[0]), "SLINGSHOT_DEVICES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Fatalf("after the agent's restart: %+v, want %+v", after, before)
+	}
+	return before
 }

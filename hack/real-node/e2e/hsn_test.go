@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -382,31 +381,9 @@ func waitGone(ctx context.Context, pool netip.Prefix, addrs []netip.Addr) error 
 
 // TestHSNInterfaceOnEveryNIC: with allNICs, a pod holding two NICs has
 // hsn0 and hsn1, each a macvlan child of its own NIC's hsn netdev with an
-// address of the pool, in the order of its SLINGSHOT_DEVICES;
-// the agent's pod deleted and made again, they stay as they were.
+// address of the pool, in the order of its SLINGSHOT_DEVICES; the agent's
+// pod deleted and made again, they stay as they were (e2enri runs the
+// same with a pool per rail).
 func TestHSNInterfaceOnEveryNIC(t *testing.T) {
-	ctx := t.Context()
-	ns := env.TestNamespace(t, "rails")
-	pods, err := env.RunJob(ctx, ns, cluster.Job("rails", 1, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := env.HSNRails(ctx, env.ViewPod(t, pods[0]), "SLINGSHOT_DEVICES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(before) != 2 {
-		t.Fatalf("%d hsn interfaces for a pod of two NICs: %+v", len(before), before)
-	}
-	t.Logf("pod %s/%s: %+v", ns, pods[0].Name, before)
-	if err := env.ReplaceAgentPod(ctx); err != nil {
-		t.Fatal(err)
-	}
-	after, err := env.HSNRails(ctx, env.ViewPod(t, pods[0]), "SLINGSHOT_DEVICES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(after, before) {
-		t.Fatalf("after the agent's restart: %+v, want %+v", after, before)
-	}
+	env.CheckRailsKept(t, env.TestNamespace(t, "rails"), cluster.Job("rails", 1, 2))
 }

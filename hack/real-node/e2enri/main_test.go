@@ -26,7 +26,9 @@ func TestMain(m *testing.M) {
 	os.Exit(cluster.TestMain(m.Run, func(root string) cluster.Options {
 		// The harness points the chart's dra.nriSocket at the node's NRI
 		// socket in either mode.
-		return cluster.Options{Root: root, Logf: logf,
+		// Each pod gets an hsn interface on every NIC it holds, each
+		// rail's from a pool of its own (TestNRIHSNInterfaceOnEveryNIC).
+		return cluster.Options{Root: root, Logf: logf, HSNInterface: true, HSNAllNICs: true, HSNRailPools: true,
 			Values: map[string]any{"agent": map[string]any{"devicePluginNRI": true}}}
 	}, func(e *cluster.Env) { env = e }))
 }
