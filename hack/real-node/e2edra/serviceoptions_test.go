@@ -83,21 +83,7 @@ func TestDRAServiceOptions(t *testing.T) {
 	why := waitPodWarning(t, ctx, other, "", "refusing the claim's serviceOptions", func(msg string) bool {
 		return strings.Contains(msg, "serviceOptions")
 	})
-	for _, want := range []string{"BULK_DATA is not allowed", "trafficClasses[1]", "jobOptions.trafficClasses"} {
-		if !strings.Contains(why, want) {
-			t.Errorf("the refusal %q does not say %q", why, want)
-		}
-	}
-	// A refused claim holds nothing: no service of the namespace's pods.
-	rep, err := env.Inspect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range rep.Claims {
-		if c.Namespace == other {
-			t.Errorf("the refused claim %s/%s is in the agent's report: %+v", c.Namespace, c.Name, c)
-		}
-	}
+	checkRefusedClaim(t, other, why, "BULK_DATA is not allowed", "trafficClasses[1]", "jobOptions.trafficClasses")
 }
 
 // createOptionsTemplate makes the ResourceClaimTemplate "nic" of one NIC
@@ -134,12 +120,20 @@ func TestDRAClaimReservingLEsCountsAPool(t *testing.T) {
 	why := waitPodWarning(t, ctx, ns, "", "refusing a claim that counts no LE pool", func(msg string) bool {
 		return strings.Contains(msg, "lePools")
 	})
-	for _, want := range []string{"reserve LEs", "capacity: {requests: {lePools"} {
+	checkRefusedClaim(t, ns, why, "reserve LEs", "capacity: {requests: {lePools")
+}
+
+// checkRefusedClaim checks that the refusal why says each of wants, and
+// that the refused claims of namespace ns hold nothing: none is in the
+// agent's report.
+func checkRefusedClaim(t *testing.T, ns, why string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(why, want) {
 			t.Errorf("the refusal %q does not say %q", why, want)
 		}
 	}
-	rep, err := env.Inspect(ctx)
+	rep, err := env.Inspect(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
