@@ -89,8 +89,8 @@ type binder struct {
 	// annotations reads a pod's annotations from the API server where the
 	// runtime did not report them; nil without an API server.
 	annotations AnnotationReader
-	files   *allocFiles
-	metrics Metrics
+	files       *allocFiles
+	metrics     Metrics
 	// events tells the pods and the node what only the log would know.
 	events event.Recorder
 	now    func() time.Time

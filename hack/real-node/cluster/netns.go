@@ -40,7 +40,7 @@ type ipLink struct {
 	Flags     []string `json:"flags"`
 	Address   string   `json:"address"`
 	LinkIndex int      `json:"link_index"`
-	LinkInfo struct {
+	LinkInfo  struct {
 		Kind string `json:"info_kind"`
 		Data struct {
 			Mode string `json:"mode"`
