@@ -3,6 +3,7 @@ package dra
 import (
 	"errors"
 
+	"github.com/slingshot-k8s/slingshot/agent/engine"
 	"github.com/slingshot-k8s/slingshot/agent/event"
 )
 
@@ -19,10 +20,15 @@ type sharedClaimError string
 
 func (e sharedClaimError) Error() string { return string(e) }
 
-// refusalReason is the event of a refused bind or container.
+// refusalReason is the event of a refused bind or container: a shared
+// claim's, an hsn address the allocator refused (as the device plugin
+// tells it), or any other bind's.
 func refusalReason(err error) event.Reason {
 	if _, ok := errors.AsType[sharedClaimError](err); ok {
 		return event.SharedClaimRefused
+	}
+	if errors.Is(err, engine.ErrAddressRefused) {
+		return event.AddressRefused
 	}
 	return event.BindRefused
 }

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/internal/hsntest"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
@@ -187,5 +189,37 @@ func TestTwoClaimsOfAPodNameTheirInterfacesApart(t *testing.T) {
 		if spec, ok := h.linker.In(4026531900, name); !ok || spec.Parent != netdev {
 			t.Fatalf("%s = %+v (present %v), want one on %s", name, spec, ok, netdev)
 		}
+	}
+}
+
+// TestClaimWhoseAddressIsRefusedIsNotBound: a claim whose pod's hsn
+// address cannot be allocated (a pool the controller does not have) is
+// not bound: the sandbox's bind fails with an error the pod's event tells
+// as CXIAddressRefused, the claim's services admit nobody, so its
+// containers are refused, and no address is left allocated.
+func TestClaimWhoseAddressIsRefusedIsNotBound(t *testing.T) {
+	ctx := t.Context()
+	c := claim("c1", "train-0", "", "cxi0")
+	h := newHSNRig(t, c)
+	pol := engine.HSNPolicy{Mode: hsnlink.Macvlan, Name: "hsn0", Pool: "nosuch"}
+	h.cfg.HSN = func() *engine.HSNPolicy { return &pol }
+	h.restart()
+	if _, err := h.m.Prepare(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	err := h.m.Bind(ctx, sandbox("train-0", 4026531900))
+	if !errors.Is(err, ErrNotBound) || !errors.Is(err, engine.ErrAddressRefused) || refusalReason(err) != event.AddressRefused {
+		t.Fatalf("Bind = %v (event %s), want ErrNotBound and an address refusal told as %s", err, refusalReason(err), event.AddressRefused)
+	}
+	for _, s := range h.services("cxi0") {
+		if s.Desc.Enable || len(s.NetNS) != 0 {
+			t.Fatalf("service %+v after a refused address, want it unbound", s)
+		}
+	}
+	if _, err := h.m.Check(ctx, sandbox("train-0", 4026531900), nil); !errors.Is(err, ErrNotBound) {
+		t.Fatalf("container after the refused bind: %v, want ErrNotBound", err)
+	}
+	if o := h.addrs.Owners("claim/"); len(o) != 0 {
+		t.Fatalf("addresses %v allocated for a refused bind", o)
 	}
 }
