@@ -10,6 +10,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/engine"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/internal/hsntest"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
@@ -322,5 +323,30 @@ func TestHSNInterfaceOnEveryNIC(t *testing.T) {
 	}
 	if o := addrs.Owners("pod/"); len(o) != 0 {
 		t.Fatalf("addresses still allocated after cleanup: %v", o)
+	}
+}
+
+// TestHSNRestoreFailureIsToldOnThePod: at start, a live pod's hsn
+// interface that cannot be put back is told on the pod
+// (CXIHSNRestoreFailed, naming the interface and the cause), not only
+// logged; the pod keeps its address and record.
+func TestHSNRestoreFailureIsToldOnThePod(t *testing.T) {
+	h := newHSNRig(t, fakeNetns{"uid-a": 4026532001})
+	h.pods.set(pod("ns", "a", "uid-a", "main", dev0))
+	if err := h.b.PreStart(t.Context(), res, []string{dev0}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
+	h.linker.FailAttach = errors.New("parent hsn0 not found")
+	h.b.eng.Namespaces().CloseAll()
+	if _, err := h.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.events.Of(event.HSNRestoreFailed)
+	if len(got) != 1 || got[0].Obj != event.Pod("ns", "a", "uid-a") || !strings.Contains(got[0].What, "hsn0") || !strings.Contains(got[0].What, "parent hsn0 not found") {
+		t.Fatalf("events %+v, want one on ns/a naming hsn0 and the cause", got)
+	}
+	if o := h.owners(); len(o) != 1 {
+		t.Fatalf("owners %v after a failed restore, want the pod's address kept", o)
 	}
 }

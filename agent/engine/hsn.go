@@ -11,6 +11,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/agent/config"
+	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/hsnlink"
 	"github.com/slingshot-k8s/slingshot/agent/ipam"
 	"github.com/slingshot-k8s/slingshot/internal/netreq"
@@ -347,6 +348,8 @@ func (e *Engine) ReconcileHSN() {
 			if _, err := e.linker.Attach(ns, specOf(l)); err != nil {
 				e.hsnError("attach")
 				e.log.Warn("a live holder's hsn interface could not be restored", "holder", h.Key(), "interface", l.Name, "err", err)
+				e.events.Record(e.subject(h), event.HSNRestoreFailed,
+					fmt.Sprintf("%s: hsn interface %s (%s on %s): %v", h.String(), l.Name, l.Address, l.Parent, err))
 			}
 		}
 	}

@@ -55,6 +55,7 @@ const (
 	ClaimCollectFailed Reason = "CXIClaimCollectFailed"
 	UnbindFailed       Reason = "CXIUnbindFailed"
 	ServicesUnbound    Reason = "CXIServicesUnbound"
+	HSNRestoreFailed   Reason = "CXIHSNRestoreFailed"
 )
 
 // Info is what the catalogue says of one reason.
@@ -130,6 +131,9 @@ var catalogue = []Info{
 	{ServicesUnbound, Warning, KindPod, "Unbind",
 		"The agent started and could not verify that the pod's network namespace is the one its CXI services admitted (the sandbox was made again while the agent was down, or the runtime did not answer): a recorded namespace may belong to another pod by now, so the services admit nobody until the pod's next container start binds them.",
 		"Nothing, if the pod's containers restart (a sandbox made again restarts them). If the pod keeps running without fabric traffic, delete it so that its controller makes it again."},
+	{HSNRestoreFailed, Warning, KindPod, "Address",
+		"At start, the agent could not put the pod's hsn interface back into its network namespace (it went missing while the agent was down): the pod runs without it, so its TCP/IP on the high-speed network fails; its CXI services are not affected.",
+		"Read the cause above (a netdev gone, a name another link took); delete the pod so that its controller makes it again with the interface."},
 }
 
 // Catalogue returns every event reason the agent writes.
