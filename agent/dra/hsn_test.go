@@ -148,8 +148,9 @@ func TestClaimGetsAnHSNInterfaceOnEachNIC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := h.get("c1")
-	t.Logf("reconcile %+v, held %d, links %+v", rep, h.held("c1"), rec.HSNLinks())
+	if rep.Held != 1 || h.held("c1") != 4026531950 {
+		t.Fatalf("reconcile %+v, held %d: want the claim's namespace held again", rep, h.held("c1"))
+	}
 	want(4026531950)
 	if o := h.addrs.Owners("claim/"); len(o) != 2 {
 		t.Fatalf("owners %v, want the claim's two", o)
