@@ -94,10 +94,11 @@ func (c *Client) UsageOf(svcs []Service) Usage {
 			}
 			reserving = reserving || l.Res > 0
 		}
-		if s.Limits.LEs.Res > 0 {
+		le, tle := s.Limits.Pools()
+		if le {
 			u.LEPools++
 		}
-		if s.Limits.TLEs.Res > 0 || s.Limits.TLEs.Max > 0 {
+		if tle {
 			u.TLEPools++
 		}
 		if reserving {
@@ -105,6 +106,13 @@ func (c *Client) UsageOf(svcs []Service) Usage {
 		}
 	}
 	return u
+}
+
+// Pools says which pools of its NIC a service with limits l takes for
+// itself (reserve_rsrcs): an LE pool where it reserves LEs, a TLE pool
+// where it reserves or may use any TLEs.
+func (l Limits) Pools() (lePool, tlePool bool) {
+	return l.LEs.Res > 0, l.TLEs.Res > 0 || l.TLEs.Max > 0
 }
 
 // Rows lists u for a person: one row per resource, then the LE and TLE

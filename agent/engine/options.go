@@ -45,16 +45,14 @@ func ServiceSpec(vni uint16, o *checkpoint.ServiceOptions, d Defaults) (cxi.Serv
 }
 
 // Pools says which pools of its NIC a service of a holder with options o
-// takes for itself (cxi.Client.UsageOf's rules): an LE pool where it
-// reserves LEs, a TLE pool where it reserves or may use TLEs. Options the
-// node would refuse take none here; the service is refused anyway.
+// takes for itself (cxi.Limits.Pools). Options the node would refuse take
+// none here; the service is refused anyway.
 func (e *Engine) Pools(o *checkpoint.ServiceOptions) (lePool, tlePool bool) {
 	spec, err := ServiceSpec(0, o, e.defaults())
 	if err != nil || spec.Limits == nil {
 		return false, false
 	}
-	l := spec.Limits
-	return l.LEs.Res > 0, l.TLEs.Res > 0 || l.TLEs.Max > 0
+	return spec.Limits.Pools()
 }
 
 // TCs are the traffic classes of a holder with options o: theirs, or the
