@@ -84,8 +84,8 @@ func (e *Env) HSNRails(ctx context.Context, v PodView, devicesVar string) ([]Lin
 // CheckRailsKept runs a Job of one pod of two NICs in the namespace ns
 // and checks its hsn interfaces (HSNRails) before and after the agent's
 // pod is deleted and made again: the same interfaces, addresses and
-// MACs. It returns them.
-func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) []Link {
+// MACs.
+func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) {
 	t.Helper()
 	ctx := t.Context()
 	pods, err := e.RunJob(ctx, ns, job)
@@ -110,5 +110,4 @@ func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) []Link {
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("after the agent's restart: %+v, want %+v", after, before)
 	}
-	return before
 }
