@@ -12,6 +12,7 @@ import (
 
 	"github.com/slingshot-k8s/slingshot/internal/mocksysfs"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // HSNRails reads the hsn interfaces of the pod v and checks them against
@@ -84,8 +85,9 @@ func (e *Env) HSNRails(ctx context.Context, v PodView, devicesVar string) ([]Lin
 // CheckRailsKept runs a Job of one pod of two NICs in the namespace ns
 // and checks its hsn interfaces (HSNRails) before and after the agent's
 // pod is deleted and made again: the same interfaces, addresses and
-// MACs.
-func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) {
+// MACs. check, when not nil, checks more of the pod and its interfaces
+// (in SLINGSHOT_DEVICES order) at both times.
+func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job, check func(pod corev1.Pod, rails []Link)) {
 	t.Helper()
 	ctx := t.Context()
 	pods, err := e.RunJob(ctx, ns, job)
@@ -100,6 +102,9 @@ func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) {
 		t.Fatalf("%d hsn interfaces for a pod of two NICs: %+v", len(before), before)
 	}
 	t.Logf("pod %s/%s: %+v", ns, pods[0].Name, before)
+	if check != nil {
+		check(pods[0], before)
+	}
 	if err := e.ReplaceAgentPod(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +114,8 @@ func (e *Env) CheckRailsKept(t *testing.T, ns string, job *batchv1.Job) {
 	}
 	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("after the agent's restart: %+v, want %+v", after, before)
+	}
+	if check != nil {
+		check(pods[0], after)
 	}
 }

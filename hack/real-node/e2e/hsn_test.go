@@ -385,5 +385,5 @@ func waitGone(ctx context.Context, pool netip.Prefix, addrs []netip.Addr) error 
 // pod deleted and made again, they stay as they were (e2enri runs the
 // same with a pool per rail).
 func TestHSNInterfaceOnEveryNIC(t *testing.T) {
-	env.CheckRailsKept(t, env.TestNamespace(t, "rails"), cluster.Job("rails", 1, 2))
+	env.CheckRailsKept(t, env.TestNamespace(t, "rails"), cluster.Job("rails", 1, 2), nil)
 }

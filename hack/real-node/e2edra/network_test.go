@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,43 +28,23 @@ func TestDRANetworkData(t *testing.T) {
 	if _, err := env.Node.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("rails", 2, "pod"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := env.RunJob(ctx, ns, cluster.ClaimJob("rails", 1, "rails"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := viewDRAPod(t, ctx, pods[0])
-	links, err := env.HSNRails(ctx, v.PodView, "SLINGSHOT_DEVICES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(links) != 2 || len(v.Claims) != 1 {
-		t.Fatalf("%d hsn interfaces, %d claims for a pod of one claim of two NICs: %+v", len(links), len(v.Claims), links)
-	}
-	want := map[string]resourcev1.NetworkDeviceData{}
-	for i, dev := range v.Devices {
-		want[dev] = resourcev1.NetworkDeviceData{InterfaceName: links[i].Name, IPs: []string{links[i].Addrs[0].String()}, HardwareAddress: links[i].MAC}
-	}
-	claim := v.Claims[0]
-	start := time.Now()
-	got, err := waitNetworkData(ctx, ns, claim.Name, want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("claim %s: networkData %+v, seen %s after the pod ran", claim.Name, got, time.Since(start).Round(time.Millisecond))
-
-	if err := env.ReplaceAgentPod(ctx); err != nil {
-		t.Fatal(err)
-	}
-	after, err := env.HSNRails(ctx, viewDRAPod(t, ctx, pods[0]).PodView, "SLINGSHOT_DEVICES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(after, links) {
-		t.Fatalf("after the agent's restart: %+v, want %+v", after, links)
-	}
-	if _, err := waitNetworkData(ctx, ns, claim.Name, want); err != nil {
-		t.Fatalf("after the agent's restart: %v", err)
-	}
+	env.CheckRailsKept(t, ns, cluster.ClaimJob("rails", 1, "rails"), func(pod corev1.Pod, rails []cluster.Link) {
+		t.Helper()
+		v := viewDRAPod(t, ctx, pod)
+		if len(v.Claims) != 1 {
+			t.Fatalf("%d claims for a pod of one claim of two NICs", len(v.Claims))
+		}
+		want := map[string]resourcev1.NetworkDeviceData{}
+		for i, dev := range v.Devices {
+			want[dev] = resourcev1.NetworkDeviceData{InterfaceName: rails[i].Name, IPs: []string{rails[i].Addrs[0].String()}, HardwareAddress: rails[i].MAC}
+		}
+		start := time.Now()
+		got, err := waitNetworkData(ctx, ns, v.Claims[0].Name, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("claim %s: networkData %+v, waited %s for it", v.Claims[0].Name, got, time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // waitNetworkData waits until claim name's status has, for each of this

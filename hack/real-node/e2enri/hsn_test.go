@@ -12,5 +12,5 @@ import (
 // in the order of its SLINGSHOT_DEVICES (set at CreateContainer); the
 // agent's pod deleted and made again, they stay as they were.
 func TestNRIHSNInterfaceOnEveryNIC(t *testing.T) {
-	env.CheckRailsKept(t, env.TestNamespace(t, "nri-rails"), cluster.Job("rails", 1, 2))
+	env.CheckRailsKept(t, env.TestNamespace(t, "nri-rails"), cluster.Job("rails", 1, 2), nil)
 }
