@@ -187,7 +187,11 @@ func (d *draFront) publish(ctx context.Context) {
 	if drv == nil {
 		return
 	}
-	if err := drv.Publish(ctx, dra.Devices(d.a.opts.DRADriverName, d.devices())); err != nil {
+	devs := dra.Devices(d.a.opts.DRADriverName, d.devices())
+	if d.a.opts.DRABindingConditions {
+		dra.AwaitVNILease(devs)
+	}
+	if err := drv.Publish(ctx, devs); err != nil {
 		d.a.logger.Error("publish ResourceSlice", "err", err)
 	}
 }

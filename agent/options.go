@@ -116,6 +116,12 @@ type Options struct {
 	// allocating a prepared claim to this node, read twice, before the
 	// agent unprepares it itself: the kubelet lost its claim state.
 	DRALostClaimGrace time.Duration
+	// DRABindingConditions has each NIC device carry the binding
+	// conditions of package draclaim, so that the scheduler binds a pod
+	// to the node only once the controller holds its claim's VNI for the
+	// node. The controller must write them (its --dra-binding-conditions):
+	// without it, a pod waits for the scheduler's binding timeout.
+	DRABindingConditions bool
 }
 
 // RegisterFlags binds every option to fs with its default.
@@ -150,6 +156,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs (and --deviceplugin-nri checks each container)")
 	fs.BoolVar(&o.DevicePluginNRI, "deviceplugin-nri", false, "with --api=deviceplugin, check each container at the runtime's CreateContainer through NRI (--nri-socket): its services bound to its pod's namespace, its SLINGSHOT_* environment set there rather than through a CDI spec; while NRI is not connected the agent is not ready and refuses binds")
 	fs.DurationVar(&o.DRALostClaimGrace, "dra-lost-claim-grace", 5*time.Minute, "with --api=dra, how long two successful reads of a prepared claim at least this far apart must find it no longer allocated to this node before the agent unprepares it itself (the kubelet lost its claim state); a failed read proves nothing")
+	fs.BoolVar(&o.DRABindingConditions, "dra-binding-conditions", false, "with --api=dra, each NIC device carries the binding conditions VNILeased and VNILeaseFailed: the scheduler binds a pod to this node only once the controller holds its claim's VNI here; the controller must run with --dra-binding-conditions, which writes them (Kubernetes' DRADeviceBindingConditions, beta in 1.37)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API (events, the cleanup-stuck node taint, the DRA driver); empty: the in-cluster configuration")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "run without the Kubernetes API (device plugin only): no events on pods and the node, and no cleanup-stuck taint")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log `level`: debug, info, warn, error")
@@ -200,6 +207,9 @@ func (o *Options) Validate() error {
 	nriSocketOK := filepath.IsAbs(o.NRISocket) && len(o.NRISocket) <= maxSocketPath
 	switch o.API {
 	case APIDevicePlugin:
+		if o.DRABindingConditions {
+			errs = append(errs, errors.New("--dra-binding-conditions: only with --api=dra"))
+		}
 		if o.DevicePluginNRI && !nriSocketOK {
 			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))
 		}

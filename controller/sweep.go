@@ -183,6 +183,16 @@ func (s *Allocator) freeGoneOwners(ctx context.Context, candidates []store.Lease
 	return s.wait(ctx, b)
 }
 
+// NodeSeen returns when node last acquired or renewed slices (its
+// agent's heartbeat), and false when it has not since the controller
+// started.
+func (s *Allocator) NodeSeen(node string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.lastSeen[node]
+	return t, ok
+}
+
 // NodesSeen returns when each node last acquired or renewed slices.
 func (s *Allocator) NodesSeen() map[string]time.Time {
 	s.mu.Lock()

@@ -22,6 +22,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/event"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/controllerclient"
+	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 )
 
 // SpecWriter writes the claims' CDI specs; *cdispec.Writer is one.
@@ -229,7 +230,7 @@ func (m *Manager) newRecord(claim *resourceapi.ResourceClaim) (Record, error) {
 		rec.Results = append(rec.Results, res)
 	}
 	rec.Pods = podsOf(claim)
-	cfg, err := configOf(claim, m.cfg.Driver)
+	cfg, err := draclaim.ConfigOf(claim, m.cfg.Driver)
 	if err != nil {
 		return rec, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/slingshot-k8s/slingshot/cxi"
+	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -80,6 +81,19 @@ func Devices(driver string, nics []NIC) []resourceapi.Device {
 		out = append(out, d)
 	}
 	return out
+}
+
+// AwaitVNILease has each device carry the binding conditions of package
+// draclaim: a pod allocated one is bound to the node only once the
+// controller holds its claim's VNI for the node (a node whose agent could
+// lease it), and goes back to the scheduler's queue when the controller
+// says it cannot. Prepare then finds the lease held. A cluster without
+// the DRADeviceBindingConditions gate drops the fields and binds at once.
+func AwaitVNILease(devs []resourceapi.Device) {
+	for i := range devs {
+		devs[i].BindingConditions = []string{draclaim.ConditionVNILeased}
+		devs[i].BindingFailureConditions = []string{draclaim.ConditionVNILeaseFailed}
+	}
 }
 
 // addCapacity publishes what claims consume of the NIC. Where its free

@@ -11,6 +11,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/agent/config"
 	"github.com/slingshot-k8s/slingshot/agent/jobpolicy"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
+	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 )
 
 // TestParseConfigServiceOptions: a claim's serviceOptions are the pod
@@ -30,7 +31,7 @@ func TestParseConfigServiceOptions(t *testing.T) {
 		{name: "too many VNIs", raw: `{` + head + `,"serviceOptions":{"vnis":["a","b","c","d"]}}`, wantErr: "vnis: 4 names"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConfig([]byte(tt.raw))
+			got, err := draclaim.ParseConfig([]byte(tt.raw))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
@@ -57,7 +58,7 @@ func TestConfigOfMergesServiceOptions(t *testing.T) {
 	class.Opaque = class.Opaque.DeepCopy()
 	class.Opaque.Parameters.Raw = []byte(`{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","serviceOptions":{"depth":2,"vnis":["storage"]}}`)
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfgs[0], class}
-	got, err := configOf(c, testDriver)
+	got, err := draclaim.ConfigOf(c, testDriver)
 	if err != nil || got.ServiceOptions == nil || got.ServiceOptions.Depth != 8 || len(got.ServiceOptions.VNIs) != 1 {
 		t.Fatalf("configOf = %+v, %v; want depth 8 (the claim's) and vnis [storage] (the class's)", got.ServiceOptions, err)
 	}

@@ -1,10 +1,12 @@
-package dra
+package draclaim
 
 import (
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -43,7 +45,7 @@ func TestParseConfig(t *testing.T) {
 // TestConfigOfOverridesClassWithClaim: the claim's entry wins over its
 // DeviceClass's, field by field; other drivers' entries are ignored.
 func TestConfigOfOverridesClassWithClaim(t *testing.T) {
-	c := claim("c1", "train-0", `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","vni":"pod"}`, "cxi0")
+	c := configuredClaim(`{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","vni":"pod"}`)
 	cfgs := c.Status.Allocation.Devices.Config
 	class := cfgs[0]
 	class.Source = resourceapi.AllocationConfigSourceClass
@@ -54,10 +56,26 @@ func TestConfigOfOverridesClassWithClaim(t *testing.T) {
 	other.Opaque.Driver = "gpu.example.com"
 	other.Opaque.Parameters.Raw = []byte(`not ours`)
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfgs[0], class, other}
-	got, err := configOf(c, testDriver)
+	got, err := ConfigOf(c, testDriver)
 	if err != nil || got.VNI != "pod" || got.EnvSuffix != "X" {
-		t.Fatalf("configOf = %+v, %v; want vni pod (the claim's) and envSuffix X (the class's)", got, err)
+		t.Fatalf("ConfigOf = %+v, %v; want vni pod (the claim's) and envSuffix X (the class's)", got, err)
 	}
+}
+
+const testDriver = "cxi.slingshot.hpe.com"
+
+// configuredClaim is an allocated claim whose own entry for testDriver
+// is raw.
+func configuredClaim(raw string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1"}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+		Source: resourceapi.AllocationConfigSourceClaim,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: testDriver, Parameters: runtime.RawExtension{Raw: []byte(raw)},
+		}},
+	}}
+	return c
 }
 
 func FuzzParseConfig(f *testing.F) {
