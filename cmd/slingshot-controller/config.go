@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
@@ -57,6 +59,12 @@ type Config struct {
 	AllowUnboundAgents               bool
 	LogLevel, LogFormat              string
 	HWColl                           HWCollFlags
+	// DRABindingConditions is the agents' DRA driver name whose claims'
+	// binding conditions the controller writes; "" writes none.
+	DRABindingConditions string
+	// DRANodeStale is how long a node's agent may go unheard before its
+	// claims' bindings fail.
+	DRANodeStale time.Duration
 	// ShowVersion is --version: print the build and exit.
 	ShowVersion bool
 
@@ -128,6 +136,8 @@ func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.Float64Var(&c.GRPCCallsPerSecond, "grpc-calls-per-second", grpcapi.DefaultLimits.CallsPerSecond, "calls per second on one gRPC connection, burst twice that, checked before authentication; more are answered Unavailable (0: no bound)")
 	fs.IntVar(&c.MaxLeasesPerNamespace, "max-leases-per-namespace", 256, "most VNI leases the jobs, claims and pods of one namespace may hold, so that one namespace cannot drain the range (0: no cap)")
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
+	fs.StringVar(&c.DRABindingConditions, "dra-binding-conditions", "", "DRA driver `name` (the agents' --dra-driver-name, cxi.slingshot.hpe.com) whose claims' binding conditions this controller writes: it leases a claim's VNI for the node the claim is allocated on before the scheduler binds its pod, as the agents' --dra-binding-conditions asks; empty: none")
+	fs.DurationVar(&c.DRANodeStale, "dra-node-stale", 30*time.Second, "with --dra-binding-conditions, how long a node's agent may go without a heartbeat before the bindings of pods to it fail (VNILeaseFailed, NodeAgentUnreachable) and the scheduler tries elsewhere; keep it above the agents' --controller-heartbeat")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
 	fs.Float64Var(&c.APIQPS, "api-qps", defaultAPIQPS, "requests per second of each of the controller's Kubernetes clients (owner look-ups, the kube store, the node watch, the VNIClaims' status), each its own bucket; the TokenReviews and the leader election have their own")
@@ -286,6 +296,17 @@ func (c *Config) validateLimits(add problems) {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		add("--tls-cert and --tls-key go together")
+	}
+	if c.DRABindingConditions != "" {
+		if c.NoKube {
+			add("--dra-binding-conditions needs the Kubernetes API")
+		}
+		if errs := validation.IsDNS1123Subdomain(c.DRABindingConditions); len(errs) > 0 || len(c.DRABindingConditions) > 63 {
+			add("--dra-binding-conditions %q: want a DRA driver name, a lower-case DNS subdomain of at most 63 characters", c.DRABindingConditions)
+		}
+		if c.DRANodeStale < time.Second {
+			add("--dra-node-stale %v: want at least 1s", c.DRANodeStale)
+		}
 	}
 }
 

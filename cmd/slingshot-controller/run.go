@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/slingshot-k8s/slingshot/controller"
 	"github.com/slingshot-k8s/slingshot/controller/auth"
+	"github.com/slingshot-k8s/slingshot/controller/bindcond"
 	"github.com/slingshot-k8s/slingshot/controller/claimstatus"
 	"github.com/slingshot-k8s/slingshot/controller/grpcapi"
 	"github.com/slingshot-k8s/slingshot/controller/hooks"
@@ -71,6 +72,7 @@ type parts struct {
 	parents  hooks.Parents
 	nodes    *owner.NodeWatcher  // nil without the Kubernetes API
 	claims   *claimstatus.Writer // nil without the Kubernetes API
+	binding  *bindcond.Writer    // nil without --dra-binding-conditions
 	kc       kubeClients
 	rc       *rest.Config
 
@@ -169,7 +171,22 @@ func (p *parts) buildService(ctx context.Context) error {
 	if p.claims != nil {
 		p.cc.Claims = p.claims
 	}
-	p.svc, err = controller.New(p.st, p.resolver, nd, p.cc)
+	if p.svc, err = controller.New(p.st, p.resolver, nd, p.cc); err != nil {
+		return err
+	}
+	return p.buildBinding()
+}
+
+// buildBinding makes the writer of the DRA claims' binding conditions,
+// with --dra-binding-conditions: it leases through the allocator.
+func (p *parts) buildBinding() error {
+	driver := p.c.DRABindingConditions
+	if driver == "" {
+		return nil
+	}
+	var err error
+	p.binding, err = bindcond.New(p.kc.main, p.svc, bindcond.APIConditions{Client: p.kc.main, Driver: driver},
+		bindcond.Options{Driver: driver, NodeStale: p.c.DRANodeStale, Logger: p.log.With("component", "binding-conditions"), Registerer: p.reg})
 	return err
 }
 
@@ -305,6 +322,10 @@ func (p *parts) run(ctx context.Context) error {
 		// It writes only while this replica's state is loaded (it
 		// leads), and is told of every load: at start, at a takeover.
 		g.Go(func() error { return failed(gctx, "vniclaim status", p.claims.Run(gctx, p.svc)) })
+	}
+	if p.binding != nil {
+		// It leases only once this replica's state is loaded (it leads).
+		g.Go(func() error { return failed(gctx, "binding conditions", p.binding.Run(gctx)) })
 	}
 	// A replica that may lead keeps a copy of the kube store from its
 	// start (a warm standby), so that a takeover reads no full list.

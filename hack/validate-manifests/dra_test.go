@@ -3,12 +3,14 @@ package main
 import (
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -446,5 +448,43 @@ func TestDeviceClassesSelect(t *testing.T) {
 	}
 	if len(classes) != len(want) {
 		t.Errorf("%d DeviceClasses, want %d", len(classes), len(want))
+	}
+}
+
+// dra.bindingConditions: the agent's devices carry the conditions and the
+// controller writes them, with the RBAC of exactly that write; neither
+// without it; refused without the controller.
+func TestRenderBindingConditions(t *testing.T) {
+	writes := rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"},
+		ResourceNames: []string{"cxi.slingshot.hpe.com"}, Verbs: []string{"arbitrary-node:patch"}}
+	for _, on := range []bool{false, true} {
+		objs := renderObjects(t, withDRA(map[string]any{"bindingConditions": on}))
+		ds, _ := agentDaemonSet(t, withDRA(map[string]any{"bindingConditions": on}))
+		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--dra-binding-conditions"); got != on {
+			t.Errorf("bindingConditions %v: agent --dra-binding-conditions %v", on, got)
+		}
+		var d appsv1.Deployment
+		if err := json.Unmarshal(objs["Deployment/slingshot-controller"].JSON, &d); err != nil {
+			t.Fatal(err)
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if got := slices.Contains(args, "--dra-binding-conditions=cxi.slingshot.hpe.com") && slices.Contains(args, "--dra-node-stale=30s"); got != on {
+			t.Errorf("bindingConditions %v: controller args %q", on, args)
+		}
+		var role rbacv1.ClusterRole
+		if err := json.Unmarshal(objs["ClusterRole/slingshot-controller"].JSON, &role); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, writes) }); got != on {
+			t.Errorf("bindingConditions %v: controller rules %+v", on, role.Rules)
+		}
+	}
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{"bindingConditions": true}, "controller": map[string]any{"enabled": false}})
+	if err == nil || !strings.Contains(err.Error(), "dra.bindingConditions needs controller.enabled") {
+		t.Errorf("without the controller: err %v", err)
 	}
 }
