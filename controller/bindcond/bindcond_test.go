@@ -101,8 +101,9 @@ func TestAwaiting(t *testing.T) {
 // TestDecide: a claim is leased for its node with its configured policy,
 // fails with a malformed configuration or a node not on one node, waits
 // for its reservation, and fails on a node unheard for a stale period
-// only once the controller and the claim have both been around that
-// long.
+// (a node never heard: once the claim has waited that long), where the
+// controller has been up long enough to have heard it; one just loaded
+// leases.
 func TestDecide(t *testing.T) {
 	const stale = 30 * time.Second
 	heard := func(at time.Time) func(string) (time.Time, bool) {
@@ -134,7 +135,7 @@ func TestDecide(t *testing.T) {
 		{"node never heard", pendingClaim("cxi0"), nodeClock{now: t0.Add(stale), loadedAt: loaded, seen: never, stale: stale},
 			verdict{failed: true, reason: ReasonNodeAgentUnreachable}},
 		{"controller just loaded", pendingClaim("cxi0"), nodeClock{now: t0, loadedAt: t0.Add(-10 * time.Second), seen: never, stale: stale},
-			verdict{wait: true, retryAfter: time.Second}},
+			verdict{lease: true, pod: controller.PodRef{Namespace: "ns", Name: "train-0", UID: "uid-train-0"}, node: "node-a"}},
 		{"claim just allocated", pendingClaim("cxi0"), nodeClock{now: t0.Add(29900 * time.Millisecond), loadedAt: loaded, seen: never, stale: stale},
 			verdict{wait: true, retryAfter: 100 * time.Millisecond}},
 		{"staleness off", pendingClaim("cxi0"), nodeClock{now: t0, loadedAt: loaded, seen: never},
@@ -255,19 +256,25 @@ func TestSyncRefusalFailsTheBinding(t *testing.T) {
 }
 
 // TestSyncUnreachableNodeLeasesNothing: a node whose agent is not heard
-// gets no lease, and its claim fails once the stale period has passed.
+// gets no lease: its claim fails at once where the node was heard long
+// ago, and after a stale period from its allocation where it never was.
 func TestSyncUnreachableNodeLeasesNothing(t *testing.T) {
 	l := &fakeLeaser{vni: 1100, seen: map[string]time.Time{"node-a": t0.Add(-time.Hour)}}
 	w := &fakeConditions{}
 	wr := newWriter(t, l, w)
-	c := pendingClaim("cxi0")
-	if out := wr.Sync(context.Background(), c, t0.Add(-time.Hour), 0); out.after == 0 || len(l.acquired) != 0 || len(w.got) != 0 {
-		t.Fatalf("just allocated: outcome %+v, acquired %v, written %+v; want a look again later, nothing else", out, l.acquired, w.got)
-	}
-	c.Status.Allocation.AllocationTimestamp = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
-	out := wr.Sync(context.Background(), c, t0.Add(-time.Hour), 0)
+	out := wr.Sync(context.Background(), pendingClaim("cxi0"), t0.Add(-time.Hour), 0)
 	if out.wrote != draclaim.ConditionVNILeaseFailed || len(l.acquired) != 0 || w.got[0].cond.Reason != ReasonNodeAgentUnreachable {
 		t.Fatalf("outcome %+v, acquired %v, written %+v; want NodeAgentUnreachable and no lease", out, l.acquired, w.got)
+	}
+
+	l.seen, w.got = nil, nil
+	c := pendingClaim("cxi0")
+	if out := wr.Sync(context.Background(), c, t0.Add(-time.Hour), 0); out.after == 0 || len(l.acquired) != 0 || len(w.got) != 0 {
+		t.Fatalf("never heard, just allocated: outcome %+v, acquired %v, written %+v; want a look again later, nothing else", out, l.acquired, w.got)
+	}
+	c.Status.Allocation.AllocationTimestamp = ptr.To(metav1.NewTime(t0.Add(-time.Minute)))
+	if out := wr.Sync(context.Background(), c, t0.Add(-time.Hour), 0); out.wrote != draclaim.ConditionVNILeaseFailed || len(l.acquired) != 0 {
+		t.Fatalf("never heard, allocated a minute ago: outcome %+v, acquired %v; want NodeAgentUnreachable and no lease", out, l.acquired)
 	}
 }
 

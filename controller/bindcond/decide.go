@@ -164,29 +164,31 @@ func decide(claim *resourceapi.ResourceClaim, driver string, c nodeClock) verdic
 	if err != nil {
 		return verdict{failed: true, reason: ReasonInvalidConfig, message: err.Error()}
 	}
-	if c.stale > 0 {
+	// A controller that loaded less than a stale period ago has not had
+	// every agent's heartbeat yet (the agents cannot reach a controller
+	// that was down): it leases, as it cannot judge.
+	if c.stale > 0 && c.now.Sub(c.loadedAt) >= c.stale {
 		last, heard := c.seen(node)
-		if !heard || c.now.Sub(last) > c.stale {
-			// Heard of for a stale period since this controller
-			// loaded and since the claim was allocated, or it is
-			// given the rest of that time: a controller just started,
-			// or an agent just started, has not heard or spoken yet.
-			since := c.loadedAt
-			if ts := claim.Status.Allocation.AllocationTimestamp; ts != nil && ts.After(since) {
-				since = ts.Time
+		switch {
+		case heard && c.now.Sub(last) <= c.stale:
+		case heard:
+			return unreachable(node, c.stale, fmt.Sprintf("last %s ago", c.now.Sub(last).Round(time.Second)))
+		default:
+			// Never heard: an agent that has just started may not
+			// have spoken yet; the claim waits for it a stale period
+			// from its allocation.
+			if ts := claim.Status.Allocation.AllocationTimestamp; ts != nil && c.now.Sub(ts.Time) < c.stale {
+				return verdict{wait: true, retryAfter: min(c.stale-c.now.Sub(ts.Time), time.Second)}
 			}
-			if waited := c.now.Sub(since); waited < c.stale {
-				return verdict{wait: true, retryAfter: min(c.stale-waited, time.Second)}
-			}
-			what := "never since the controller started"
-			if heard {
-				what = fmt.Sprintf("last %s ago", c.now.Sub(last).Round(time.Second))
-			}
-			return verdict{failed: true, reason: ReasonNodeAgentUnreachable,
-				message: fmt.Sprintf("the slingshot agent of node %s has not reached the controller for %s (%s): its pods could not lease their VNIs", node, c.stale, what)}
+			return unreachable(node, c.stale, "never since the controller started")
 		}
 	}
 	return verdict{lease: true, pod: pod, node: node, policy: cfg.VNI}
+}
+
+func unreachable(node string, stale time.Duration, when string) verdict {
+	return verdict{failed: true, reason: ReasonNodeAgentUnreachable,
+		message: fmt.Sprintf("the slingshot agent of node %s has not reached the controller for %s (%s): its pods could not lease their VNIs", node, stale, when)}
 }
 
 // leaseVerdict is what an acquire's outcome writes: true with the lease,
