@@ -61,7 +61,9 @@ func TestDRABindingConditions(t *testing.T) {
 
 	t.Run("up", func(t *testing.T) {
 		start := time.Now()
-		pods, err := env.RunJob(ctx, ns, cluster.ClaimJob("up", 1, "nic"))
+		job := cluster.ClaimJob("up", 1, "nic")
+		env.WithServiceCheck(&job.Spec.Template.Spec)
+		pods, err := env.RunJob(ctx, ns, job)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,6 +76,7 @@ func TestDRABindingConditions(t *testing.T) {
 			t.Fatal(err)
 		}
 		job := cluster.ClaimJob("down", 2, "nic")
+		env.WithServiceCheck(&job.Spec.Template.Spec)
 		if _, err := env.Node.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
