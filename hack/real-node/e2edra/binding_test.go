@@ -59,6 +59,7 @@ func TestDRABindingConditions(t *testing.T) {
 	createTemplate(t, ns, "nic", "job")
 	createTemplate(t, ns, "missing", "claim:no-such-vniclaim")
 
+	var upVNI uint16
 	t.Run("up", func(t *testing.T) {
 		start := time.Now()
 		job := cluster.ClaimJob("up", 1, "nic")
@@ -68,7 +69,7 @@ func TestDRABindingConditions(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("creation to running, the controller up: %v", time.Since(start).Round(time.Millisecond))
-		checkLeasedPods(t, ctx, pods)
+		upVNI = checkLeasedPods(t, ctx, pods)[0]
 	})
 
 	t.Run("down", func(t *testing.T) {
@@ -127,6 +128,11 @@ func TestDRABindingConditions(t *testing.T) {
 		vnis := checkLeasedPods(t, ctx, pods)
 		if vnis[0] != vnis[1] {
 			t.Errorf("the Job's pods on VNIs %v, want one", vnis)
+		}
+		// Job up still runs on its VNI: the restarted controller kept
+		// its lease.
+		if vnis[0] == upVNI {
+			t.Errorf("Job down got VNI %d, Job up's, which still runs", upVNI)
 		}
 	})
 

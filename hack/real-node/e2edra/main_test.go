@@ -44,7 +44,10 @@ func TestMain(m *testing.M) {
 		// Every pod with a claim gets an hsn interface on each of its NICs,
 		// from the NIC's rail's own pool, which its claim's status names
 		// (TestDRANetworkData).
-		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, PinNetns: true, HSNInterface: true, HSNAllNICs: true, HSNRailPools: true, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
+		return cluster.Options{Root: root, API: *apiFlag, NICs: nics, Logf: logf, PinNetns: true, HSNInterface: true,
+			// The controller's leases outlive its pod, as in a cluster
+			// (TestDRABindingConditions stops and restarts it).
+			ControllerVolume: true, HSNAllNICs: true, HSNRailPools: true, AgentArgs: []string{"--dra-lost-claim-grace=" + lostClaimGrace.String()},
 			Values: map[string]any{"agent": map[string]any{"config": map[string]any{"jobOptions": cluster.JobOptions(hpcNamespace)}}}}
 	}, func(e *cluster.Env) { env = e }))
 }
