@@ -1,8 +1,10 @@
 package dra
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -95,5 +97,22 @@ func TestDefect6PluginDirectoriesMade(t *testing.T) {
 	}
 	if _, _, err := pluginDirs(kubelet, testDriver); err != nil {
 		t.Fatalf("second start: %v", err)
+	}
+}
+
+// TestAwaitVNILease: every device carries the binding condition and the
+// failure condition the controller writes, nothing else changed.
+func TestAwaitVNILease(t *testing.T) {
+	devs := Devices(testDriver, []NIC{{Name: "cxi0", Services: 8}, {Name: "cxi1"}})
+	want := Devices(testDriver, []NIC{{Name: "cxi0", Services: 8}, {Name: "cxi1"}})
+	AwaitVNILease(devs)
+	for i, d := range devs {
+		if fmt.Sprint(d.BindingConditions) != "[VNILeased]" || fmt.Sprint(d.BindingFailureConditions) != "[VNILeaseFailed]" {
+			t.Errorf("device %s: binding conditions %v, failure conditions %v", d.Name, d.BindingConditions, d.BindingFailureConditions)
+		}
+		d.BindingConditions, d.BindingFailureConditions = nil, nil
+		if !reflect.DeepEqual(d, want[i]) {
+			t.Errorf("device %s changed beyond its conditions: %+v, want %+v", d.Name, d, want[i])
+		}
 	}
 }

@@ -95,6 +95,9 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad env value", env: map[string]string{"SLINGSHOT_CONTROLLER_QUARANTINE": "soon"}, wantErr: "SLINGSHOT_CONTROLLER_QUARANTINE"},
 		{name: "cert without key", args: []string{"--tls-cert", "x"}, wantErr: "go together"},
 		{name: "bad kinds", args: []string{"--owner-kinds", "Job"}, wantErr: "--owner-kinds"},
+		{name: "binding conditions of a bad driver", args: []string{"--dra-binding-conditions", "CXI"}, wantErr: "want a DRA driver name"},
+		{name: "binding conditions, node stale too short", args: []string{"--dra-binding-conditions", "cxi.slingshot.hpe.com", "--dra-node-stale", "10ms"}, wantErr: "--dra-node-stale"},
+		{name: "binding conditions need kube", args: []string{"--dra-binding-conditions", "cxi.slingshot.hpe.com", "--no-kube", "--auth", "none"}, wantErr: "--dra-binding-conditions needs the Kubernetes API"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 		// --version answers before the environment and validation: it
 		// must work where the controller could not start.
