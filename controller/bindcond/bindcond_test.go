@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/controller"
@@ -304,4 +306,42 @@ func FuzzNodeOf(f *testing.F) {
 			t.Fatalf("nodeOf = %q, want %q", n, value)
 		}
 	})
+}
+
+// TestRunWritesWaitingClaims: Run hears of a waiting claim through its
+// watch, leases and writes once; a claim without the conditions is left
+// alone; Run returns when its context ends.
+func TestRunWritesWaitingClaims(t *testing.T) {
+	waiting := pendingClaim("cxi0")
+	plain := pendingClaim("cxi1")
+	plain.Name, plain.UID = "plain", "uid-plain"
+	plain.Status.Allocation.Devices.Results[0].BindingConditions = nil
+	client := fake.NewClientset(waiting, plain)
+	l := &fakeLeaser{vni: 1200, seen: map[string]time.Time{"node-a": time.Now()}}
+	w := &fakeConditions{}
+	wr, err := New(client, l, w, Options{Driver: driver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- wr.Run(ctx) }()
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.got) > 0, nil
+	})
+	cancel()
+	if err != nil {
+		t.Fatalf("no condition written: %v", err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(w.got) != 1 || w.got[0].devs[0].Device != "cxi0" || w.got[0].cond.Type != draclaim.ConditionVNILeased {
+		t.Fatalf("written %+v, want VNILeased on cxi0 only", w.got)
+	}
+	if fmt.Sprint(l.acquired) != "[train-0@node-a ]" {
+		t.Fatalf("acquired %v, want the waiting claim's only", l.acquired)
+	}
 }
