@@ -275,10 +275,8 @@ func (m *Manager) checkPools(rec Record, results []resourceapi.DeviceRequestAllo
 // podsOf are the pods claim is reserved for.
 func podsOf(claim *resourceapi.ResourceClaim) []PodRef {
 	var out []PodRef
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.Resource == "pods" && ref.APIGroup == "" {
-			out = append(out, PodRef{UID: string(ref.UID), Namespace: claim.Namespace, Name: ref.Name})
-		}
+	for _, p := range draclaim.ReservedPods(claim) {
+		out = append(out, PodRef{UID: p.UID, Namespace: p.Namespace, Name: p.Name})
 	}
 	return out
 }

@@ -113,12 +113,11 @@ func nodeOf(alloc *resourceapi.AllocationResult) (string, bool) {
 
 // firstPod is the first pod the claim is reserved for.
 func firstPod(claim *resourceapi.ResourceClaim) (controller.PodRef, bool) {
-	for _, ref := range claim.Status.ReservedFor {
-		if ref.Resource == "pods" && ref.APIGroup == "" {
-			return controller.PodRef{Namespace: claim.Namespace, Name: ref.Name, UID: string(ref.UID)}, true
-		}
+	pods := draclaim.ReservedPods(claim)
+	if len(pods) == 0 {
+		return controller.PodRef{}, false
 	}
-	return controller.PodRef{}, false
+	return controller.PodRef{Namespace: pods[0].Namespace, Name: pods[0].Name, UID: pods[0].UID}, true
 }
 
 // verdict is what a claim's awaiting devices are to be told, or that it

@@ -138,3 +138,21 @@ func ConfigOf(claim *resourceapi.ResourceClaim, driver string) (ClaimConfig, err
 	}
 	return out, nil
 }
+
+// ReservedPod is a pod a claim is reserved for.
+type ReservedPod struct {
+	Namespace, Name, UID string
+}
+
+// ReservedPods are the pods in the claim's status.reservedFor, in its
+// order (a claim may also be reserved for other kinds of consumer, such
+// as a PodGroup, which are not pods).
+func ReservedPods(claim *resourceapi.ResourceClaim) []ReservedPod {
+	var out []ReservedPod
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource == "pods" && ref.APIGroup == "" {
+			out = append(out, ReservedPod{Namespace: claim.Namespace, Name: ref.Name, UID: string(ref.UID)})
+		}
+	}
+	return out
+}
