@@ -27,6 +27,8 @@ const (
 // TestDRABindingConditions, with the chart's dra.bindingConditions on:
 //   - up: a Job's pod binds once the controller leased its claim's VNI for
 //     the node, VNILeased on its device names the VNI its services carry;
+//   - extended resource: so does the claim the scheduler makes for a pod
+//     asking hpe.com/cxi: 1;
 //   - down: with the controller stopped, a Job's pods are allocated NICs
 //     and reserved their claims but not bound (the scheduler says it waits
 //     for binding conditions), so the kubelet prepares nothing; once the
@@ -72,6 +74,20 @@ func TestDRABindingConditions(t *testing.T) {
 		upVNI = checkLeasedPods(t, ctx, pods)[0]
 	})
 
+	t.Run("extended resource", func(t *testing.T) {
+		// The claim the scheduler makes for hpe.com/cxi: 1 in the limits
+		// waits for the same conditions.
+		job := cluster.Job("ext", 1, 1)
+		env.WithServiceCheck(&job.Spec.Template.Spec)
+		pods, err := env.RunJob(ctx, ns, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vni := checkLeasedPods(t, ctx, pods)[0]; vni == upVNI {
+			t.Errorf("Job ext got VNI %d, Job up's", vni)
+		}
+	})
+
 	t.Run("down", func(t *testing.T) {
 		if err := env.StopController(ctx); err != nil {
 			t.Fatal(err)
@@ -110,6 +126,7 @@ func TestDRABindingConditions(t *testing.T) {
 				}
 			}
 		}
+		asked := time.Now()
 		back, err := env.StartController(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +136,10 @@ func TestDRABindingConditions(t *testing.T) {
 			t.Fatal(err)
 		}
 		took := time.Since(back)
-		t.Logf("controller Ready to both pods running: %v", took.Round(time.Millisecond))
+		// Its readiness probe may report it Ready after it wrote the
+		// conditions: the scale-up is the other end.
+		t.Logf("controller scaled up to both pods running: %v; its pod seen Ready to both pods running: %v",
+			time.Since(asked).Round(time.Millisecond), took.Round(time.Millisecond))
 		// One look of the scheduler (5 s) and a start; a node whose
 		// agent had to be heard first would take three heartbeats.
 		if took > 12*time.Second {
