@@ -115,6 +115,8 @@ func TestDecide(t *testing.T) {
 	loaded := t0.Add(-time.Hour)
 	unreserved := pendingClaim("cxi0")
 	unreserved.Status.ReservedFor = nil
+	group := pendingClaim("cxi0")
+	group.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "train", UID: "uid-train"}}
 	nowhere := pendingClaim("cxi0")
 	nowhere.Status.Allocation.NodeSelector = nil
 	for _, tt := range []struct {
@@ -131,6 +133,7 @@ func TestDecide(t *testing.T) {
 		{"malformed config", withConfig(pendingClaim("cxi0"), `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","vni":"everyone"}`),
 			nodeClock{now: t0, loadedAt: loaded, seen: heard(t0), stale: stale}, verdict{failed: true, reason: ReasonInvalidConfig}},
 		{"no node", nowhere, nodeClock{now: t0, loadedAt: loaded, seen: heard(t0), stale: stale}, verdict{failed: true, reason: ReasonInvalidConfig}},
+		{"reserved for a PodGroup", group, nodeClock{now: t0, loadedAt: loaded, seen: heard(t0), stale: stale}, verdict{failed: true, reason: ReasonInvalidConfig}},
 		{"not reserved yet", unreserved, nodeClock{now: t0, loadedAt: loaded, seen: heard(t0), stale: stale}, verdict{wait: true}},
 		{"node unheard for long", pendingClaim("cxi0"), nodeClock{now: t0.Add(stale), loadedAt: loaded, seen: heard(t0.Add(-time.Minute)), stale: stale},
 			verdict{failed: true, reason: ReasonNodeAgentUnreachable}},

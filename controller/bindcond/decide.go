@@ -154,7 +154,14 @@ func decide(claim *resourceapi.ResourceClaim, driver string, c nodeClock) verdic
 			message: "the claim's allocation names no single node by metadata.name: the VNI is leased per node"}
 	}
 	pod, ok := firstPod(claim)
-	if !ok {
+	switch {
+	case !ok && len(claim.Status.ReservedFor) > 0:
+		// A PodGroup's (docs/dra.md): its pods' own VNI is unknown here,
+		// as it is to the agent's Prepare, which refuses it.
+		ref := claim.Status.ReservedFor[0]
+		return verdict{failed: true, reason: ReasonInvalidConfig,
+			message: fmt.Sprintf("the claim is reserved for %s %s, not a pod: the driver serves claims of pods", ref.Resource, ref.Name)}
+	case !ok:
 		// The scheduler reserves the claim for its pod as it
 		// allocates it; a change will bring it.
 		return verdict{wait: true}
