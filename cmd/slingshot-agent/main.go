@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 	"time"
@@ -28,6 +29,16 @@ import (
 	"github.com/slingshot-k8s/slingshot/internal/flagenv"
 	"github.com/slingshot-k8s/slingshot/internal/version"
 )
+
+// init keeps the main goroutine on the main thread, so that no other
+// goroutine ever runs there. The agent switches threads into pods'
+// network namespaces (package hsnlink) on goroutines locked to their
+// threads and never unlocked, so that the runtime ends each thread with
+// its goroutine; but the runtime cannot end the main thread, and wedges
+// it instead, in the pod's namespace for good: the namespace would stay
+// alive (an inode the pod's CXI services still name) and
+// /proc/<pid>/ns/net would show the agent inside a pod.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
