@@ -19,7 +19,7 @@ import (
 // holder, the NICs whose services were lost, to be made again, and the
 // order to make them in ([Lost.Sort]). A failed listing changes nothing.
 func (e *Engine) ForgetLost(ctx context.Context) (Lost, error) {
-	lost := Lost{NICs: map[string][]string{}, first: map[string]uint32{}}
+	lost := Lost{NICs: map[string][]string{}, ids: map[string]map[string]uint32{}}
 	driver, err := e.fab.ListAll(ctx)
 	if err != nil {
 		return lost, err
@@ -31,9 +31,7 @@ func (e *Engine) ForgetLost(ctx context.Context) (Lost, error) {
 		for _, s := range h.Services {
 			if gone(s) {
 				nics = append(nics, s.NIC)
-				if f, ok := lost.first[h.ID()]; !ok || s.ID < f {
-					lost.first[h.ID()] = s.ID
-				}
+				lost.note(h.ID(), s.NIC, s.ID)
 			}
 		}
 		if len(nics) == 0 {
@@ -55,30 +53,93 @@ func (e *Engine) ForgetLost(ctx context.Context) (Lost, error) {
 type Lost struct {
 	// NICs are, by holder, the NICs whose services the driver lost.
 	NICs map[string][]string
-	// first is, by holder, the lowest ID of its lost services.
-	first map[string]uint32
+	// ids are, by holder and NIC, the lowest ID of its lost services
+	// there.
+	ids map[string]map[string]uint32
+}
+
+func (l Lost) note(holder, nic string, id uint32) {
+	if l.ids[holder] == nil {
+		l.ids[holder] = map[string]uint32{}
+	}
+	if f, ok := l.ids[holder][nic]; !ok || id < f {
+		l.ids[holder][nic] = id
+	}
+}
+
+// lowest is the lowest ID of holder's lost services on any NIC.
+func (l Lost) lowest(holder string) uint32 {
+	first := true
+	var low uint32
+	for _, id := range l.ids[holder] {
+		if first || id < low {
+			low, first = id, false
+		}
+	}
+	return low
 }
 
 // Sort orders holders for the reconcile: those whose services are made
-// again first, by the lowest ID each had, the others after them in their
-// order. After a driver reload, which loses every service, the driver
-// hands out the lowest free IDs again, so the services made again get the
-// IDs they had where it can: those the environment of containers that
-// started while the agent was down names.
+// again first, the others after them in their order. After a driver
+// reload, which loses every service, the driver hands out the lowest free
+// ID of each NIC again, so the services made again get the IDs they had,
+// those the environment of containers that started while the agent was
+// down names, where on every NIC the holders are made in the order of the
+// IDs they had there. Holders are made together on all their NICs, so the
+// order is one that keeps each NIC's (a topological order; among the
+// holders free to go next, the one whose lowest ID is lowest): ordering
+// by a holder's lowest ID over all its NICs alone would put a holder of
+// cxi0/5 and cxi1/3 before one of cxi0/3, and give it cxi0/3. Where the
+// NICs' orders disagree, which a driver reusing freed IDs can make, the
+// holder with the lowest ID goes first.
 func (l Lost) Sort(holders []checkpoint.Holder) {
-	slices.SortStableFunc(holders, func(a, b checkpoint.Holder) int {
-		fa, la := l.first[a.ID()]
-		fb, lb := l.first[b.ID()]
-		switch {
-		case la && lb:
-			return cmp.Compare(fa, fb)
-		case la:
-			return -1
-		case lb:
-			return 1
+	var made, rest []checkpoint.Holder
+	for _, h := range holders {
+		if len(l.ids[h.ID()]) > 0 {
+			made = append(made, h)
+		} else {
+			rest = append(rest, h)
 		}
-		return 0
-	})
+	}
+	// On each NIC, each holder before the next by ID there.
+	next := make([][]int, len(made))
+	waits := make([]int, len(made))
+	byNIC := map[string][]int{}
+	for i, h := range made {
+		for nic := range l.ids[h.ID()] {
+			byNIC[nic] = append(byNIC[nic], i)
+		}
+	}
+	for nic, is := range byNIC {
+		slices.SortStableFunc(is, func(a, b int) int { return cmp.Compare(l.ids[made[a].ID()][nic], l.ids[made[b].ID()][nic]) })
+		for k := 1; k < len(is); k++ {
+			next[is[k-1]] = append(next[is[k-1]], is[k])
+			waits[is[k]]++
+		}
+	}
+	out := make([]checkpoint.Holder, 0, len(holders))
+	done := make([]bool, len(made))
+	pick := func(free bool) int {
+		p := -1
+		for i := range made {
+			if !done[i] && (!free || waits[i] <= 0) && (p < 0 || l.lowest(made[i].ID()) < l.lowest(made[p].ID())) {
+				p = i
+			}
+		}
+		return p
+	}
+	for range made {
+		p := pick(true)
+		if p < 0 {
+			p = pick(false)
+		}
+		done[p] = true
+		for _, j := range next[p] {
+			waits[j]--
+		}
+		out = append(out, made[p])
+	}
+	copy(holders, append(out, rest...))
 }
 
 // Revival is what [Engine.Revive] did with a live holder's services.

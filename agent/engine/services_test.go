@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slingshot-k8s/slingshot/agent/checkpoint"
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
@@ -170,5 +172,53 @@ func TestListingLost(t *testing.T) {
 		if got := l.Lost(tc.nic, tc.id, tc.vnis); got != tc.want {
 			t.Errorf("%s: Lost = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestLostSortKeepsEachNICsOrder: holders whose services a driver reload
+// lost are made again so that on every NIC they come in the order of the
+// IDs they had there, whatever order the records are in; a holder of
+// cxi0/5 and cxi1/3 goes after holders of cxi0/3 and cxi0/4 (its lowest
+// ID, 3, would have put it first and given it cxi0/3). Holders that lost
+// nothing come last, in their order.
+func TestLostSortKeepsEachNICsOrder(t *testing.T) {
+	h := func(uid string) checkpoint.Holder { return checkpoint.Holder{Kind: checkpoint.KindClaim, UID: uid} }
+	for _, tc := range []struct {
+		name string
+		lost map[string][]checkpoint.Service // by holder UID
+		in   []string
+		want []string
+	}{
+		{"two NICs", map[string][]checkpoint.Service{
+			"two": {{NIC: "cxi0", ID: 5}, {NIC: "cxi1", ID: 3}}, "one-a": {{NIC: "cxi0", ID: 3}}, "one-b": {{NIC: "cxi0", ID: 4}},
+		}, []string{"two", "kept", "one-b", "one-a"}, []string{"one-a", "one-b", "two", "kept"}},
+		{"a chain across NICs", map[string][]checkpoint.Service{
+			"x": {{NIC: "cxi1", ID: 1}}, "y": {{NIC: "cxi1", ID: 2}, {NIC: "cxi0", ID: 9}}, "z": {{NIC: "cxi0", ID: 3}},
+		}, []string{"y", "z", "x"}, []string{"x", "z", "y"}},
+		{"orders that disagree", map[string][]checkpoint.Service{
+			"p": {{NIC: "cxi0", ID: 3}, {NIC: "cxi1", ID: 7}}, "q": {{NIC: "cxi0", ID: 4}, {NIC: "cxi1", ID: 2}},
+		}, []string{"p", "q"}, []string{"q", "p"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Lost{NICs: map[string][]string{}, ids: map[string]map[string]uint32{}}
+			for uid, svcs := range tc.lost {
+				holder := h(uid)
+				for _, s := range svcs {
+					l.note(holder.ID(), s.NIC, s.ID)
+				}
+			}
+			var holders []checkpoint.Holder
+			for _, uid := range tc.in {
+				holders = append(holders, h(uid))
+			}
+			l.Sort(holders)
+			var got []string
+			for _, x := range holders {
+				got = append(got, x.UID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("order %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
