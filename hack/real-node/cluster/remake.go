@@ -59,6 +59,11 @@ type SandboxRemake struct {
 func (e *Env) AgentDownSandboxesRemade(t *testing.T, ns string, r SandboxRemake) {
 	t.Helper()
 	ctx := t.Context()
+	// The services made again get the lowest free IDs: earlier tests'
+	// services still being torn down would free lower ones meanwhile.
+	if err := e.WaitDriverQuiet(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var pods []corev1.Pod
 	for _, pod := range r.Pods(t, ns) {
 		running, err := e.RunPod(ctx, ns, pod)
@@ -222,6 +227,34 @@ func (e *Env) waitBoundByVNI(ctx context.Context, pods []WatchedPod) error {
 	})
 	if err != nil {
 		return fmt.Errorf("the pods' services bound to their new namespaces: %w; last:\n%s\n%s", err, last, e.Describe(ctx))
+	}
+	return nil
+}
+
+// WaitDriverQuiet waits (up to three minutes) until the node's driver
+// holds its own services only (the default and the ethernet ones): the
+// pods of earlier tests are gone and the agent has destroyed their
+// services. A test that counts on the IDs the driver hands out, the
+// lowest free, needs it: a teardown that frees lower IDs while it runs
+// would move them.
+func (e *Env) WaitDriverQuiet(ctx context.Context) error {
+	var left []string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		svcs, err := e.DriverServices()
+		if err != nil {
+			return false, nil
+		}
+		left = left[:0]
+		for _, s := range svcs {
+			// ID 1 is the default service, the driver's, not system.
+			if !s.System && s.ID != 1 {
+				left = append(left, fmt.Sprintf("%s/%d (VNIs %v)", s.NIC, s.ID, s.VNIs))
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the driver still holds services of earlier tests %v: %w\n%s", left, err, e.Describe(ctx))
 	}
 	return nil
 }
