@@ -20,6 +20,7 @@ package bindcond
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -55,7 +56,7 @@ func awaiting(claim *resourceapi.ResourceClaim, driver string) []Device {
 	}
 	var out []Device
 	for _, r := range alloc.Devices.Results {
-		if r.Driver != driver || !contains(r.BindingConditions, draclaim.ConditionVNILeased) {
+		if r.Driver != driver || !slices.Contains(r.BindingConditions, draclaim.ConditionVNILeased) {
 			continue
 		}
 		d := Device{Pool: r.Pool, Device: r.Device}
@@ -70,15 +71,6 @@ func awaiting(claim *resourceapi.ResourceClaim, driver string) []Device {
 		out = append(out, d)
 	}
 	return out
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // statusOf is the claim's status entry of device d of driver, or nil.

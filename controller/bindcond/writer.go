@@ -256,7 +256,7 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 		l, err := wr.l.AcquireJobVNIWithPolicy(ctx, v.pod, v.node, v.policy)
 		ok, reason, msg, retry := leaseVerdict(l, v.node, err)
 		if retry && attempts+1 < wr.o.Attempts {
-			wr.log.Info("lease for a claim's binding condition; will retry", "claim", klogKey(claim), "node", v.node, "attempt", attempts+1, "err", err)
+			wr.log.Info("lease for a claim's binding condition; will retry", "claim", claimKey(claim), "node", v.node, "attempt", attempts+1, "err", err)
 			return outcome{retry: true}
 		}
 		if ok {
@@ -271,12 +271,12 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 			// informer brings the new one.
 			return outcome{}
 		}
-		wr.log.Warn("write a claim's binding condition; will retry", "claim", klogKey(claim), "condition", cond.Type, "err", err)
+		wr.log.Warn("write a claim's binding condition; will retry", "claim", claimKey(claim), "condition", cond.Type, "err", err)
 		return outcome{retry: true}
 	}
 	wr.writes.WithLabelValues(cond.Type, cond.Reason).Inc()
-	wr.log.Info("binding condition written", "claim", klogKey(claim), "condition", cond.Type, "reason", cond.Reason, "message", cond.Message)
+	wr.log.Info("binding condition written", "claim", claimKey(claim), "condition", cond.Type, "reason", cond.Reason, "message", cond.Message)
 	return outcome{wrote: cond.Type}
 }
 
-func klogKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
+func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
