@@ -238,7 +238,10 @@ func TestHSNReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The live pod's interface went missing while the agent was down.
-	_ = h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0")
+	// The interface is gone from the pod's namespace, as after a reboot.
+	if err := h.linker.Detach(&fakeHandle{ino: 4026532001}, "hsn0"); err != nil {
+		t.Fatal(err)
+	}
 	h.b.eng.Namespaces().CloseAll()
 
 	if _, err := h.b.Reconcile(t.Context(), ReconcileOptions{}); err != nil {
