@@ -77,7 +77,7 @@ func (a *parts) buildDRA(context.Context) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := dra.NewManager(dra.ManagerConfig{
+	cfg := dra.ManagerConfig{
 		Driver: a.opts.DRADriverName, Node: a.opts.NodeName, Engine: a.eng,
 		NICs: nics, PodMeta: pods.meta, CDI: w, BindReady: nri.Ready,
 		Jobs:   func() *jobpolicy.Policy { return a.pol.Load().jobs },
@@ -85,7 +85,11 @@ func (a *parts) buildDRA(context.Context) error {
 		Logger: a.logger.With("component", "dra"), Metrics: metrics,
 		Events: a.events, Status: status,
 		OpenNetns: a.openHostNetns,
-	})
+	}
+	if a.opts.DRAPodGroupClaims {
+		cfg.GroupClaim = dra.APIGroupClaims{Client: kube, Driver: a.opts.DRADriverName}.Of
+	}
+	mgr, err := dra.NewManager(cfg)
 	if err != nil {
 		return fmt.Errorf("DRA front end: %w", err)
 	}

@@ -122,6 +122,12 @@ type Options struct {
 	// node. The controller must write them (its --dra-binding-conditions):
 	// without it, a pod waits for the scheduler's binding timeout.
 	DRABindingConditions bool
+	// DRAPodGroupClaims serves the claims of PodGroups (Kubernetes'
+	// DRAWorkloadResourceClaims): a claim of the fabric's VNI device, which
+	// the chart publishes, gives the NIC claims of its group's pods one
+	// VNI on every node. Each NIC claim's Prepare then reads its pod and
+	// the pod's other claims (APIGroupClaims).
+	DRAPodGroupClaims bool
 }
 
 // RegisterFlags binds every option to fs with its default.
@@ -156,6 +162,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NRISocket, "nri-socket", "/var/run/nri/nri.sock", "the container runtime's NRI `socket`, where --api=dra binds each pod's services when its sandbox runs (and --deviceplugin-nri checks each container)")
 	fs.BoolVar(&o.DevicePluginNRI, "deviceplugin-nri", false, "with --api=deviceplugin, check each container at the runtime's CreateContainer through NRI (--nri-socket): its services bound to its pod's namespace, its SLINGSHOT_* environment set there rather than through a CDI spec; while NRI is not connected the agent is not ready and refuses binds")
 	fs.DurationVar(&o.DRALostClaimGrace, "dra-lost-claim-grace", 5*time.Minute, "with --api=dra, how long two successful reads of a prepared claim at least this far apart must find it no longer allocated to this node before the agent unprepares it itself (the kubelet lost its claim state); a failed read proves nothing")
+	fs.BoolVar(&o.DRAPodGroupClaims, "dra-podgroup-claims", false, "with --api=dra, serve PodGroup claims (Kubernetes' DRAWorkloadResourceClaims, beta in 1.37, gate off): a claim of the fabric's VNI device (pool fabric, device vni, which the chart publishes) gives the NIC claims of its group's pods its one VNI on every node; each NIC claim's Prepare then reads its pod and the pod's claims")
 	fs.BoolVar(&o.DRABindingConditions, "dra-binding-conditions", false, "with --api=dra, each NIC device carries the binding conditions VNILeased and VNILeaseFailed: the scheduler binds a pod to this node only once the controller holds its claim's VNI here; the controller must run with --dra-binding-conditions, which writes them (Kubernetes' DRADeviceBindingConditions, beta in 1.37)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for the Kubernetes API (events, the cleanup-stuck node taint, the DRA driver); empty: the in-cluster configuration")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "run without the Kubernetes API (device plugin only): no events on pods and the node, and no cleanup-stuck taint")
@@ -209,6 +216,9 @@ func (o *Options) Validate() error {
 	case APIDevicePlugin:
 		if o.DRABindingConditions {
 			errs = append(errs, errors.New("--dra-binding-conditions: only with --api=dra"))
+		}
+		if o.DRAPodGroupClaims {
+			errs = append(errs, errors.New("--dra-podgroup-claims: only with --api=dra"))
 		}
 		if o.DevicePluginNRI && !nriSocketOK {
 			errs = append(errs, fmt.Errorf("--nri-socket %q: want an absolute path of at most %d bytes", o.NRISocket, maxSocketPath))

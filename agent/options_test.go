@@ -51,6 +51,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 		{"standalone device plugin", func(o *Options) { o.NoKube = true }, ""},
 		{"DRA needs the API", func(o *Options) { o.NoKube = true; o.API = APIDRA }, "--api=dra needs the Kubernetes API"},
+		{"binding conditions without DRA", func(o *Options) { o.DRABindingConditions = true }, "--dra-binding-conditions: only with --api=dra"},
+		{"PodGroup claims without DRA", func(o *Options) { o.DRAPodGroupClaims = true }, "--dra-podgroup-claims: only with --api=dra"},
+		{"PodGroup claims with DRA", func(o *Options) { o.API = APIDRA; o.DRAPodGroupClaims = true }, ""},
 		{"no-kube with a kubeconfig", func(o *Options) { o.NoKube = true; o.Kubeconfig = "/k" }, "contradict"},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,13 @@ const (
 	ClaimKind       = "VNIClaim"
 )
 
+// The DRA ResourceClaim's group, version and kind: the owner of a
+// PodGroup claim's VNI (ModeResourceClaim).
+const (
+	ResourceClaimAPIVersion = "resource.k8s.io/v1"
+	ResourceClaimKind       = "ResourceClaim"
+)
+
 // LeaseKey returns the key of a lease: "job/NS/UID", "pod/NS/UID" (or
 // "pod/NS/NAME" when the UID is unknown) or "claim/NS/NAME".
 func LeaseKey(scope store.Scope, o store.Owner) string {
@@ -87,11 +94,11 @@ func (s *Allocator) acquireJobVNI(ctx context.Context, pod PodRef, node, policy 
 	}
 	var override *Policy
 	if policy != "" {
-		p, err := parsePolicy(policy, "policy")
+		p, err := parseRequestPolicy(policy)
 		if err != nil {
 			return Lease{}, err
 		}
-		if p.Mode == ModeClaim && s.res == nil {
+		if (p.Mode == ModeClaim || p.Mode == ModeResourceClaim) && s.res == nil {
 			// acquire would say so too, but would name the annotation.
 			return Lease{}, &FieldError{Field: "policy", Reason: "claims need the Kubernetes API; the controller runs without one"}
 		}
@@ -129,6 +136,10 @@ func (s *Allocator) leaseFor(ctx context.Context, pod PodRef, res Resolution, no
 	case ModeClaim:
 		scope = store.ScopeClaim
 		owner = store.Owner{APIVersion: ClaimAPIVersion, Kind: ClaimKind, Namespace: pod.Namespace, Name: res.Policy.Claim}
+	case ModeResourceClaim:
+		scope = store.ScopeJob
+		owner = store.Owner{APIVersion: ResourceClaimAPIVersion, Kind: ResourceClaimKind, Namespace: pod.Namespace,
+			Name: res.Policy.Claim, UID: res.Policy.ClaimUID}
 	case ModeJob, "":
 		scope = store.ScopePod
 		if res.Owner != nil {
@@ -180,16 +191,19 @@ func (s *Allocator) acquire(ctx context.Context, scope store.Scope, owner store.
 
 func (s *Allocator) acquireLease(ctx context.Context, scope store.Scope, owner store.Owner, node string) (Lease, error) {
 	key := LeaseKey(scope, owner)
-	if scope == store.ScopeClaim && s.needClaimCheck(key) {
+	// A claim is checked before its first lease: a VNI is leased only for
+	// one that exists (a ResourceClaim, with the UID the node read).
+	isClaim := scope == store.ScopeClaim || (owner.APIVersion == ResourceClaimAPIVersion && owner.Kind == ResourceClaimKind)
+	if isClaim && s.needClaimCheck(key) {
 		if s.res == nil {
 			return Lease{}, &FieldError{Field: "annotation " + AnnotationVNI, Reason: "claims need the Kubernetes API; the controller runs without one"}
 		}
 		ok, err := s.res.OwnerExists(ctx, owner)
 		if err != nil {
-			return Lease{}, fmt.Errorf("%w: look up claim %s/%s: %w", ErrUnavailable, owner.Namespace, owner.Name, err)
+			return Lease{}, fmt.Errorf("%w: look up %s %s/%s: %w", ErrUnavailable, owner.Kind, owner.Namespace, owner.Name, err)
 		}
 		if !ok {
-			return Lease{}, fmt.Errorf("%w: VNIClaim %s/%s does not exist", ErrNotFound, owner.Namespace, owner.Name)
+			return Lease{}, fmt.Errorf("%w: %s %s/%s does not exist", ErrNotFound, owner.Kind, owner.Namespace, owner.Name)
 		}
 	}
 	s.mu.Lock()

@@ -54,7 +54,14 @@ type ManagerConfig struct {
 	// leases without sharing. A Job's claims on the node share one
 	// controller call through it (engine.ShareKey).
 	PodMeta func(namespace, name, uid string) (labels, annotations map[string]string, ok bool)
-	CDI     SpecWriter
+	// GroupClaim returns the PodGroup claim of the fabric's VNI device
+	// that a claim's pod holds (APIGroupClaims.Of), nil when it holds
+	// none; skip is the claim being prepared. A claim whose configuration
+	// leaves its VNI to the job takes that claim's VNI, on every node.
+	// nil: PodGroup claims are not served, and a claim of the VNI device
+	// is refused.
+	GroupClaim func(ctx context.Context, pod PodRef, skip string) (*resourceapi.ResourceClaim, error)
+	CDI        SpecWriter
 	// Jobs is what a claim may ask for its services (the configuration's
 	// jobOptions, as it is now); nil, or a nil policy: the defaults.
 	Jobs func() *jobpolicy.Policy
@@ -147,6 +154,9 @@ func cdiKey(uid string) string { return "claim-" + uid }
 func (m *Manager) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (devs []kubeletplugin.Device, err error) {
 	start := time.Now()
 	defer func() { m.m.observe("prepare", start, err) }()
+	if group, err := draclaim.IsGroupVNI(claim, m.cfg.Driver); err != nil || group {
+		return nil, m.prepareGroup(claim, err)
+	}
 	uid := string(claim.UID)
 	id := checkpoint.ClaimID(uid)
 	if err := m.cfg.BindReady(); err != nil {
@@ -205,8 +215,46 @@ func (m *Manager) admit(ctx context.Context, claim *resourceapi.ResourceClaim) (
 		return rec, fmt.Errorf("claim %s is reserved for no pod: whose job it serves is unknown", rec.Key())
 	}
 	pod := rec.Pods[0]
-	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: rec.Config.VNI}
-	return m.eng.Admit(ctx, rec, ref, m.shareKey(pod, rec.Config.VNI))
+	policy, err := m.vniPolicy(ctx, rec, pod)
+	if err != nil {
+		return rec, err
+	}
+	ref := controllerclient.PodRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Policy: policy}
+	return m.eng.Admit(ctx, rec, ref, m.shareKey(pod, policy))
+}
+
+// vniPolicy is the VNI scope the claim's services carry: its
+// configuration's, or, where that leaves it to the job, the VNI of the
+// PodGroup claim its pod holds, the same on every node of the group.
+func (m *Manager) vniPolicy(ctx context.Context, rec Record, pod PodRef) (string, error) {
+	policy := rec.Config.VNI
+	if m.cfg.GroupClaim == nil || !draclaim.InheritsGroupVNI(policy) {
+		return policy, nil
+	}
+	group, err := m.cfg.GroupClaim(ctx, pod, rec.Name)
+	if err != nil {
+		return "", fmt.Errorf("claim %s: the PodGroup claim of pod %s/%s: %w", rec.Key(), pod.Namespace, pod.Name, err)
+	}
+	if group == nil {
+		return policy, nil
+	}
+	return draclaim.GroupPolicy(group), nil
+}
+
+// prepareGroup prepares a PodGroup's claim of the fabric's VNI device
+// (package draclaim): nothing on the node holds it. Its VNI is leased by
+// the NIC claims of the group's pods (vniPolicy), each node's hold with
+// them, so that a node holds the group's VNI exactly while a pod of the
+// group has services there. bad is IsGroupVNI's refusal of the claim.
+func (m *Manager) prepareGroup(claim *resourceapi.ResourceClaim, bad error) error {
+	switch {
+	case bad != nil:
+		return bad
+	case m.cfg.GroupClaim == nil:
+		return fmt.Errorf("claim %s/%s asks for the fabric's VNI device, and this agent serves no PodGroup claims (--dra-podgroup-claims; the chart's dra.podGroupClaims): its pods' NIC claims would not carry its VNI", claim.Namespace, claim.Name)
+	}
+	m.log.Info("prepared PodGroup claim", "claim", claim.Namespace+"/"+claim.Name, "uid", claim.UID)
+	return nil
 }
 
 // newRecord reads the claim: its devices of this driver, its pods and its

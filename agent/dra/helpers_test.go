@@ -23,6 +23,7 @@ import (
 	"github.com/slingshot-k8s/slingshot/cxi"
 	"github.com/slingshot-k8s/slingshot/cxi/sim"
 	"github.com/slingshot-k8s/slingshot/cxi/uapi"
+	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 )
 
 const testDriver = "cxi.slingshot.hpe.com"
@@ -55,6 +56,9 @@ func (f *fakeLeaser) AcquireJobVNI(_ context.Context, pod controllerclient.PodRe
 		return controllerclient.Lease{Scope: controllerclient.ScopeNone}, nil
 	case p == "pod":
 		key, scope = "pod/"+pod.UID, controllerclient.ScopePod
+	case strings.HasPrefix(p, draclaim.GroupPolicyPrefix):
+		_, uid, _, _ := draclaim.ParseGroupPolicy(p)
+		key = "job/" + pod.Namespace + "/" + uid
 	case strings.HasPrefix(p, "claim:"):
 		key, scope = "claim/"+pod.Namespace+"/"+strings.TrimPrefix(p, "claim:"), controllerclient.ScopeClaim
 	default:

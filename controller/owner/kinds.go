@@ -32,6 +32,11 @@ var DefaultKinds = []Kind{
 // ClaimKind is the VNIClaim kind; the resolver always knows it.
 var ClaimKind = Kind{"slingshot.hpe.com", "v1alpha1", "VNIClaim", "vniclaims"}
 
+// ResourceClaimKind is the DRA ResourceClaim, the owner of a PodGroup
+// claim's VNI (controller.ModeResourceClaim); the resolver always knows
+// it, and never walks a pod's owners up through it.
+var ResourceClaimKind = Kind{"resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"}
+
 // String formats k as ParseKinds reads it: "group/version/Kind=resource"
 // ("version/Kind=resource" for the core group).
 func (k Kind) String() string {

@@ -92,7 +92,8 @@ func WithClock(now func() time.Time) Option {
 	return func(o *resolverOptions) { o.now = now }
 }
 
-// NewResolver returns a resolver that follows kinds (plus ClaimKind).
+// NewResolver returns a resolver that follows kinds (plus ClaimKind and
+// ResourceClaimKind).
 func NewResolver(md metadata.Interface, kinds []Kind, opts ...Option) *Resolver {
 	o := resolverOptions{ttl: DefaultOwnerTTL, size: DefaultOwnerCacheSize, now: time.Now, podReads: DefaultPodReads}
 	for _, opt := range opts {
@@ -100,7 +101,7 @@ func NewResolver(md metadata.Interface, kinds []Kind, opts ...Option) *Resolver 
 	}
 	r := &Resolver{md: md, kinds: map[schema.GroupKind]Kind{}, cache: newOwnerCache(o.ttl, o.size, o.now),
 		podReads: make(chan struct{}, o.podReads)}
-	for _, k := range append(kinds, ClaimKind) {
+	for _, k := range append(kinds, ClaimKind, ResourceClaimKind) {
 		r.kinds[schema.GroupKind{Group: k.Group, Kind: k.Kind}] = k
 	}
 	return r
@@ -198,7 +199,7 @@ func (r *Resolver) ResolvePod(ctx context.Context, p controller.PodRef) (control
 			break
 		}
 		k, ok := r.kinds[schema.GroupKind{Group: gv.Group, Kind: ref.Kind}]
-		if !ok || k == ClaimKind {
+		if !ok || k == ClaimKind || k == ResourceClaimKind {
 			break
 		}
 		res.Owner = &store.Owner{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: pod.Namespace, Name: ref.Name, UID: string(ref.UID)}
