@@ -15,6 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 )
 
 // dra is the value that serves the NICs through DRA.
@@ -485,6 +487,57 @@ func TestRenderBindingConditions(t *testing.T) {
 	}
 	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{"bindingConditions": true}, "controller": map[string]any{"enabled": false}})
 	if err == nil || !strings.Contains(err.Error(), "dra.bindingConditions needs controller.enabled") {
+		t.Errorf("without the controller: err %v", err)
+	}
+}
+
+// dra.podGroupClaims: the chart publishes the fabric's VNI device (a
+// cluster-wide slice, one shareable device) and its DeviceClass, the
+// agents serve it, and the controller may read the claims that own the
+// VNIs; all of it only with the value on, and only with the controller.
+func TestRenderPodGroupClaims(t *testing.T) {
+	reads := rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}}
+	for _, on := range []bool{false, true} {
+		values := withDRA(map[string]any{"podGroupClaims": on})
+		objs := renderObjects(t, values)
+		ds, _ := agentDaemonSet(t, values)
+		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--dra-podgroup-claims"); got != on {
+			t.Errorf("podGroupClaims %v: agent --dra-podgroup-claims %v", on, got)
+		}
+		o, published := objs["ResourceSlice/cxi.slingshot.hpe.com-fabric"]
+		if published != on {
+			t.Fatalf("podGroupClaims %v: fabric slice rendered %v", on, published)
+		}
+		if _, class := deviceClasses(t, values)["vni.cxi.slingshot.hpe.com"]; class != on {
+			t.Errorf("podGroupClaims %v: DeviceClass vni.cxi.slingshot.hpe.com rendered %v", on, class)
+		}
+		var role rbacv1.ClusterRole
+		if err := json.Unmarshal(objs["ClusterRole/slingshot-controller"].JSON, &role); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, reads) }); got != on {
+			t.Errorf("podGroupClaims %v: controller rules %+v", on, role.Rules)
+		}
+		if !on {
+			continue
+		}
+		var slice resourcev1.ResourceSlice
+		if err := json.Unmarshal(o.JSON, &slice); err != nil {
+			t.Fatal(err)
+		}
+		s := slice.Spec
+		if s.Driver != "cxi.slingshot.hpe.com" || s.AllNodes == nil || !*s.AllNodes || s.Pool.Name != draclaim.FabricPool ||
+			len(s.Devices) != 1 || s.Devices[0].Name != draclaim.VNIDevice || s.Devices[0].AllowMultipleAllocations == nil || !*s.Devices[0].AllowMultipleAllocations ||
+			s.Devices[0].Attributes["type"].StringValue == nil || *s.Devices[0].Attributes["type"].StringValue != draclaim.TypeVNI {
+			t.Errorf("fabric slice %+v: want the driver's pool %q on all nodes, one shareable device %q of type %q", s, draclaim.FabricPool, draclaim.VNIDevice, draclaim.TypeVNI)
+		}
+	}
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{"podGroupClaims": true}, "controller": map[string]any{"enabled": false}})
+	if err == nil || !strings.Contains(err.Error(), "dra.podGroupClaims needs controller.enabled") {
 		t.Errorf("without the controller: err %v", err)
 	}
 }

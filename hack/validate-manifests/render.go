@@ -44,7 +44,7 @@ type Variant struct {
 // cert-manager), the embedded controller, the simulated driver without
 // privileges (nor IPAM socket or CNI plugin) on a cluster without
 // cert-manager (the chart makes its own CA), plaintext gRPC, and the NICs
-// served through DRA (api "dra").
+// served through DRA (api "dra"), plain and with every DRA option on.
 // Together they take every branch of the templates.
 func Variants() []Variant {
 	return []Variant{
@@ -107,6 +107,8 @@ func Variants() []Variant {
 			"controller": map[string]any{"tls": map[string]any{"enabled": false}},
 		}},
 		{Name: "dra", Values: map[string]any{"api": "dra"}, APIVersions: []string{CertManagerAPI}},
+		{Name: "dra-all-features", Values: map[string]any{"api": "dra",
+			"dra": map[string]any{"bindingConditions": true, "podGroupClaims": true}}, APIVersions: []string{CertManagerAPI}},
 	}
 }
 
