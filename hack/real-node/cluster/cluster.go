@@ -108,7 +108,12 @@ type Options struct {
 	// (upgrades, rollbacks); without it, an emptyDir that ends with the
 	// pod.
 	ControllerVolume bool
-	Logf             func(format string, args ...any)
+	// FeatureGates are Kubernetes feature gates turned on in every
+	// component, and RuntimeConfig the API server's --runtime-config
+	// (node.Options).
+	FeatureGates  []string
+	RuntimeConfig string
+	Logf          func(format string, args ...any)
 }
 
 // Env is the running node with the project installed. With several nodes
@@ -326,14 +331,16 @@ func startNodes(ctx context.Context, o Options) (*Env, error) {
 	var nodes []*node.Node
 	var c *node.Cluster
 	if o.Nodes == 1 {
-		n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, HSNNetdevs: specs[0].HSNNetdevs, Logf: o.Logf})
+		n, err := node.Start(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, HSNNetdevs: specs[0].HSNNetdevs, Logf: o.Logf,
+			FeatureGates: o.FeatureGates, RuntimeConfig: o.RuntimeConfig})
 		if err != nil {
 			return nil, err
 		}
 		nodes = []*node.Node{n}
 	} else {
 		var err error
-		if c, err = node.StartCluster(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, Logf: o.Logf}, specs); err != nil {
+		if c, err = node.StartCluster(ctx, node.Options{Root: o.Root, BinDir: o.BinDir, Logf: o.Logf,
+			FeatureGates: o.FeatureGates, RuntimeConfig: o.RuntimeConfig}, specs); err != nil {
 			return nil, err
 		}
 		nodes = c.Nodes

@@ -38,6 +38,9 @@ const (
 	// NICDeviceClass is the DeviceClass of the driver's NICs (the
 	// chart's dra.deviceClasses).
 	NICDeviceClass = "cxi.slingshot.hpe.com"
+	// VNIDeviceClass is the DeviceClass of the fabric's VNI device, which
+	// a PodGroup's claim asks for (the chart's dra.podGroupClaims).
+	VNIDeviceClass = "vni.cxi.slingshot.hpe.com"
 	// ClaimConfigAPIVersion and ClaimConfigKind name the opaque claim
 	// configuration's parameters.
 	ClaimConfigAPIVersion = "slingshot.hpe.com/v1alpha1"

@@ -1,9 +1,15 @@
 package e2emulti
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/slingshot-k8s/slingshot/hack/real-node/cluster"
 )
@@ -48,4 +54,105 @@ func TestMultiDRAClaimTemplate(t *testing.T) {
 		t.Errorf("Jobs a and b share VNI %d", vnis[0])
 	}
 	t.Logf("job a: VNI %d, job b: VNI %d, each on %v through claims from one template", vnis[0], vnis[1], allNodeNames())
+}
+
+// TestMultiDRAPodGroupClaim: with Kubernetes' PodGroup claims gates on
+// (GenericWorkload, DRAWorkloadResourceClaims) and the chart's
+// dra.podGroupClaims, one ResourceClaim of the fabric's VNI device in a
+// PodGroup's spec.resourceClaims serves the group's pods on two nodes:
+// it is allocated once, reserved for the PodGroup, and each pod's own NIC
+// claim (from a template that leaves the VNI to the job) carries its one
+// VNI, on a service of its node; the controller's lease of that VNI is
+// owned by the ResourceClaim and held by both nodes. A Job from the same
+// template outside the group gets a VNI of its own. Once the group's pods
+// are gone the nodes let go of the VNI, which the claim keeps; once the
+// PodGroup and its claim are gone, the controller frees it.
+func TestMultiDRAPodGroupClaim(t *testing.T) {
+	needAPI(t, cluster.APIDRA)
+	ctx := t.Context()
+	ns := env.TestNamespace(t, "podgroup")
+	client := env.Node.Client
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("nic", 1, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	group := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "job-vni"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "vni", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.VNIDeviceClass}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train"},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
+			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
+		}}
+	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j := spread(cluster.ClaimJob("train", 2, "nic"))
+	spec := &j.Spec.Template.Spec
+	spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
+	spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr.To(group.Name)})
+	pods := runSpread(t, ns, j)
+
+	g, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, group.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := g.Status.Allocation; a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Pool != "fabric" || a.Devices.Results[0].Device != "vni" || a.NodeSelector != nil {
+		t.Fatalf("group claim allocation %+v: want the fabric's vni device, usable on every node", a)
+	}
+	if r := g.Status.ReservedFor; len(r) != 1 || r[0].Resource != "podgroups" || r[0].Name != pg.Name {
+		t.Fatalf("group claim reserved for %+v: want PodGroup %s alone", r, pg.Name)
+	}
+	for name, p := range pods {
+		claims, err := env.PodClaims(ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := claims[cluster.ClaimName]
+		if c == nil || c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 1 || c.Status.Allocation.Devices.Results[0].Pool != name {
+			t.Fatalf("pod %s on %s: NIC claim %v, want one of its node's NICs", p.Name, name, c)
+		}
+	}
+	vni := jobVNIAcross(t, pods)
+	l := lease(t, vni)
+	if o := l.GetOwner(); o.GetKind() != "ResourceClaim" || o.GetName() != group.Name || o.GetUid() != string(g.UID) {
+		t.Fatalf("VNI %d: lease owned by %+v, want ResourceClaim %s/%s (uid %s)", vni, o, ns, group.Name, g.UID)
+	}
+	for _, ne := range env.Nodes() {
+		if got := servicesWithVNI(t, ne, vni); len(got) != 1 {
+			t.Errorf("%s: %d services carry the group's VNI %d, want its pod's one", ne.Node.Name, len(got), vni)
+		}
+	}
+	other := jobVNIAcross(t, runSpread(t, ns, spread(cluster.ClaimJob("solo", 2, "nic"))))
+	if other == vni {
+		t.Errorf("Job solo, outside the group, has the group's VNI %d", vni)
+	}
+
+	if err := env.DeleteJob(ctx, ns, j.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitPodsGone(ctx, ns, "e2e-job="+j.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the nodes to release the group's VNI", func() (bool, string) {
+		held := holders(lease(t, vni))
+		return len(held) == 0, fmt.Sprintf("held by %v", held)
+	})
+	if lease(t, vni) == nil {
+		t.Fatalf("VNI %d freed while its claim %s still exists: the claim is the job", vni, group.Name)
+	}
+	// The claim is reserved for the PodGroup: it goes with it.
+	if err := client.SchedulingV1beta1().PodGroups(ns).Delete(ctx, pg.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ResourceV1().ResourceClaims(ns).Delete(ctx, group.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the controller to free the VNI of the deleted claim", func() (bool, string) {
+		l := lease(t, vni)
+		return l == nil || l.GetOwner().GetUid() != string(g.UID), fmt.Sprintf("lease %v", l)
+	})
+	t.Logf("PodGroup %s: VNI %d on %v through one claim of the fabric's VNI device, freed after the claim; Job solo: VNI %d", pg.Name, vni, allNodeNames(), other)
 }

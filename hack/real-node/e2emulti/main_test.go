@@ -4,8 +4,9 @@
 // controller (package cluster, Options.Nodes), with hardware collectives
 // on against a fake fabric manager this process serves (hwcoll_test.go). The cluster is set up once
 // for the package, in the mode -node-api names: "deviceplugin" (the
-// default) runs every test but the DRA one; "dra" runs only
-// TestMultiDRAClaimTemplate.
+// default) runs every test but the DRA ones; "dra" runs only
+// TestMultiDRAClaimTemplate and TestMultiDRAPodGroupClaim, with the
+// PodGroup claims gates on.
 package e2emulti
 
 import (
@@ -20,7 +21,7 @@ import (
 )
 
 var (
-	apiFlag = flag.String("node-api", cluster.APIDevicePlugin, "the agents' front end: deviceplugin (every test but the DRA one), or dra (only TestMultiDRAClaimTemplate)")
+	apiFlag = flag.String("node-api", cluster.APIDevicePlugin, "the agents' front end: deviceplugin (every test but the DRA ones), or dra (only the TestMultiDRA tests)")
 	// env is the first node's Env; env.Nodes() every node's.
 	env *cluster.Env
 )
@@ -62,6 +63,14 @@ func TestMain(m *testing.M) {
 				"sliceGrace": sliceGrace.String(),
 				"extraArgs":  []any{"--sweep-interval=" + sweepInterval.String()},
 			}},
+		}
+		if *apiFlag == cluster.APIDRA {
+			// PodGroup claims (TestMultiDRAPodGroupClaim): Kubernetes'
+			// gates on every component, the PodGroup API served, and
+			// the chart's fabric VNI device.
+			o.FeatureGates = []string{"GenericWorkload", "DRAWorkloadResourceClaims"}
+			o.RuntimeConfig = "scheduling.k8s.io/v1beta1=true"
+			o.Values["dra"] = map[string]any{"podGroupClaims": true}
 		}
 		if _, inside := node.Inside(); inside {
 			// The fake fabric manager, on this process's network: every

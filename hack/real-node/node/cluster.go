@@ -238,6 +238,7 @@ type workerSpec struct {
 	BinDir, Runc, CNIBinDir     string
 	PKIDir, APIHost, CgroupRoot string
 	HSNNetdevs                  []string
+	FeatureGates                []string
 	Ready                       time.Duration
 }
 
@@ -258,7 +259,7 @@ func (w *worker) start() (err error) {
 		Root: n.opts.Root, HostRoot: n.hostRoot, LogDir: n.opts.logDir,
 		BinDir: n.opts.BinDir, Runc: n.opts.Runc, CNIBinDir: n.opts.CNIBinDir,
 		PKIDir: n.pki.dir, APIHost: n.apiHost, CgroupRoot: n.opts.cgroupRoot,
-		HSNNetdevs: n.opts.HSNNetdevs, Ready: n.opts.Ready,
+		HSNNetdevs: n.opts.HSNNetdevs, FeatureGates: n.opts.FeatureGates, Ready: n.opts.Ready,
 	})
 	if err != nil {
 		return err
@@ -367,7 +368,7 @@ func runWorker(ctx context.Context, s workerSpec) error {
 	}
 	o := Options{
 		Root: s.Root, BinDir: s.BinDir, Runc: s.Runc, CNIBinDir: s.CNIBinDir,
-		NodeName: s.Name, NodeIP: s.IP, PodCIDR: s.PodCIDR, HSNNetdevs: s.HSNNetdevs, Ready: s.Ready,
+		NodeName: s.Name, NodeIP: s.IP, PodCIDR: s.PodCIDR, HSNNetdevs: s.HSNNetdevs, FeatureGates: s.FeatureGates, Ready: s.Ready,
 		cgroupRoot: s.CgroupRoot, logDir: s.LogDir,
 		Logf: func(format string, args ...any) { fmt.Printf(format+"\n", args...) },
 	}

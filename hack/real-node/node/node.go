@@ -73,6 +73,12 @@ type Options struct {
 	Ready time.Duration
 	// Logf reports progress; nil: silent.
 	Logf func(format string, args ...any)
+	// FeatureGates are turned on in the API server, the
+	// controller-manager, the scheduler and every kubelet
+	// (--feature-gates=A=true,...); RuntimeConfig is the API server's
+	// --runtime-config (API versions served beyond the defaults).
+	FeatureGates  []string
+	RuntimeConfig string
 
 	// cgroupRoot is the kubelet's cgroup root ("": its default, "/") and
 	// logDir where the node's programs log ("": Root/logs); StartCluster
@@ -508,6 +514,27 @@ func (n *Node) makeControlPlaneProcs() {
 		"--kubeconfig", p("scheduler.kubeconfig"), "--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", "10259",
 	}}
+	if gates := n.featureGates(); gates != "" {
+		for _, proc := range []*Proc{n.APIServer, n.ControllerManager, n.Scheduler} {
+			proc.Args = append(proc.Args, gates)
+		}
+	}
+	if n.opts.RuntimeConfig != "" {
+		n.APIServer.Args = append(n.APIServer.Args, "--runtime-config="+n.opts.RuntimeConfig)
+	}
+}
+
+// featureGates is the --feature-gates flag of Options.FeatureGates, ""
+// for none.
+func (n *Node) featureGates() string {
+	if len(n.opts.FeatureGates) == 0 {
+		return ""
+	}
+	on := make([]string, len(n.opts.FeatureGates))
+	for i, g := range n.opts.FeatureGates {
+		on[i] = g + "=true"
+	}
+	return "--feature-gates=" + strings.Join(on, ",")
 }
 
 // makeNodeProcs makes the Procs of containerd and the kubelet, with the
@@ -524,6 +551,9 @@ func (n *Node) makeNodeProcs() {
 		"--config", n.path("kubelet-config.yaml"), "--kubeconfig", n.kubeletKubeconfig(),
 		"--root-dir", kubeletRoot, "--hostname-override", n.Name, "--node-ip", n.IP, "--v", "2",
 	}}
+	if gates := n.featureGates(); gates != "" {
+		n.Kubelet.Args = append(n.Kubelet.Args, gates)
+	}
 }
 
 func (n *Node) startEtcd(ctx context.Context) error {
