@@ -140,7 +140,8 @@ func TestGroupClaimRefusals(t *testing.T) {
 // TestAPIGroupClaims reads the pod and its claims as the API server holds
 // them: the group claim of its PodGroup, by name or through the pod's
 // claim statuses; none for a pod outside a group or whose claims are
-// another group's; an error for two, or for a pod that is another now.
+// another group's; an error for two, for a claim not allocated yet, or
+// for a pod that is another now.
 func TestAPIGroupClaims(t *testing.T) {
 	pod := func(name, group string, claims ...corev1.PodResourceClaim) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
@@ -157,7 +158,10 @@ func TestAPIGroupClaims(t *testing.T) {
 	nic := claim("n", "w-0", "", "cxi0")
 	templated := pod("w-4", "train", corev1.PodResourceClaim{Name: "vni", ResourceClaimTemplateName: ptr.To("t")}, byName("nic", nic.Name))
 	templated.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "vni", ResourceClaimName: ptr.To(g1.Name)}}
-	objs := []runtime.Object{g1, g2, other, nic, templated,
+	pending := groupClaim("g-4", "train")
+	pending.Status.Allocation = nil
+	objs := []runtime.Object{g1, g2, other, nic, templated, pending,
+		pod("w-5", "train", byName("vni", pending.Name)),
 		pod("w-0", "train", byName("vni", g1.Name), byName("nic", nic.Name)),
 		pod("w-1", "", byName("vni", g1.Name), byName("nic", nic.Name)),
 		pod("w-2", "train", byName("vni", g1.Name), byName("vni2", g2.Name)),
@@ -172,6 +176,7 @@ func TestAPIGroupClaims(t *testing.T) {
 		{pod: "w-1"},
 		{pod: "w-3"},
 		{pod: "w-2", wantErr: "holds 2 claims"},
+		{pod: "w-5", wantErr: "not allocated yet"},
 		{pod: "w-0", uid: "uid-old", wantErr: "another pod now"},
 		{pod: "gone", wantErr: "read pod"},
 	} {

@@ -65,6 +65,9 @@ type Config struct {
 	// DRANodeStale is how long a node's agent may go unheard before its
 	// claims' bindings fail.
 	DRANodeStale time.Duration
+	// DRAPodGroupClaims has the binding conditions lease the VNI of a
+	// pod's PodGroup claim, as the agents' --dra-podgroup-claims does.
+	DRAPodGroupClaims bool
 	// ShowVersion is --version: print the build and exit.
 	ShowVersion bool
 
@@ -137,6 +140,7 @@ func flagSet(c *Config, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.MaxLeasesPerNamespace, "max-leases-per-namespace", 256, "most VNI leases the jobs, claims and pods of one namespace may hold, so that one namespace cannot drain the range (0: no cap)")
 	fs.StringVar(&c.OwnerKinds, "owner-kinds", owner.FormatKinds(owner.DefaultKinds), "owner kinds a pod's VNI is keyed by, comma-separated group/version/Kind=resource")
 	fs.StringVar(&c.DRABindingConditions, "dra-binding-conditions", "", "DRA driver `name` (the agents' --dra-driver-name, cxi.slingshot.hpe.com) whose claims' binding conditions this controller writes: it leases a claim's VNI for the node the claim is allocated on before the scheduler binds its pod, as the agents' --dra-binding-conditions asks; empty: none")
+	fs.BoolVar(&c.DRAPodGroupClaims, "dra-podgroup-claims", false, "with --dra-binding-conditions, lease the VNI of the PodGroup claim a waiting claim's pod holds (a claim of the fabric's VNI device), as the agents' --dra-podgroup-claims does: each waiting claim then costs a read of its pod and of the pod's other claims")
 	fs.DurationVar(&c.DRANodeStale, "dra-node-stale", 30*time.Second, "with --dra-binding-conditions, how long a node's agent may go without a heartbeat before the bindings of pods to it fail (VNILeaseFailed, NodeAgentUnreachable) and the scheduler tries elsewhere; keep it above the agents' --controller-heartbeat")
 	fs.BoolVar(&c.NoKube, "no-kube", false, "run without a Kubernetes API: every VNI is pod-scoped, no claims, no token auth")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config")
@@ -307,6 +311,8 @@ func (c *Config) validateLimits(add problems) {
 		if c.DRANodeStale < time.Second {
 			add("--dra-node-stale %v: want at least 1s", c.DRANodeStale)
 		}
+	} else if c.DRAPodGroupClaims {
+		add("--dra-podgroup-claims: only with --dra-binding-conditions (a PodGroup claim's VNI needs no flag otherwise)")
 	}
 }
 

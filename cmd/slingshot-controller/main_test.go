@@ -97,6 +97,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad kinds", args: []string{"--owner-kinds", "Job"}, wantErr: "--owner-kinds"},
 		{name: "binding conditions of a bad driver", args: []string{"--dra-binding-conditions", "CXI"}, wantErr: "want a DRA driver name"},
 		{name: "binding conditions, node stale too short", args: []string{"--dra-binding-conditions", "cxi.slingshot.hpe.com", "--dra-node-stale", "10ms"}, wantErr: "--dra-node-stale"},
+		{name: "PodGroup claims without binding conditions", args: []string{"--dra-podgroup-claims"}, wantErr: "--dra-podgroup-claims: only with --dra-binding-conditions"},
 		{name: "binding conditions need kube", args: []string{"--dra-binding-conditions", "cxi.slingshot.hpe.com", "--no-kube", "--auth", "none"}, wantErr: "--dra-binding-conditions needs the Kubernetes API"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 		// --version answers before the environment and validation: it

@@ -186,7 +186,7 @@ func (p *parts) buildBinding() error {
 	}
 	var err error
 	p.binding, err = bindcond.New(p.kc.main, p.svc, bindcond.APIConditions{Client: p.kc.main, Driver: driver},
-		bindcond.Options{Driver: driver, NodeStale: p.c.DRANodeStale, Logger: p.log.With("component", "binding-conditions"), Registerer: p.reg})
+		bindcond.Options{Driver: driver, NodeStale: p.c.DRANodeStale, GroupClaims: p.c.DRAPodGroupClaims, Logger: p.log.With("component", "binding-conditions"), Registerer: p.reg})
 	return err
 }
 

@@ -3,6 +3,7 @@ package bindcond
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -346,5 +347,47 @@ func TestRunWritesWaitingClaims(t *testing.T) {
 	}
 	if fmt.Sprint(l.acquired) != "[train-0@node-a ]" {
 		t.Fatalf("acquired %v, want the waiting claim's only", l.acquired)
+	}
+}
+
+// TestSyncLeasesTheGroupClaimsVNI: with GroupClaims, a claim whose pod is
+// in a PodGroup holding a claim of the fabric's VNI device leases that
+// claim's VNI (as the agent's Prepare will), read from the API server;
+// while the group claim is not allocated yet the claim is retried; a pod
+// outside a group, or a claim that names its own scope, keeps its policy.
+func TestSyncLeasesTheGroupClaimsVNI(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-0", UID: "uid-train-0"},
+		Spec: v1.PodSpec{
+			SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr.To("c1")},
+				{Name: "vni", ResourceClaimName: ptr.To("job-vni")}},
+		}}
+	group := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job-vni", UID: "uid-g"}}
+	client := fake.NewClientset(pod, group)
+	l := &fakeLeaser{vni: 1100, seen: map[string]time.Time{"node-a": t0}}
+	w := &fakeConditions{}
+	wr, err := New(client, l, w, Options{Driver: driver, Attempts: 3, GroupClaims: true, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if out := wr.Sync(ctx, pendingClaim("cxi0"), t0.Add(-time.Hour), 0); !out.retry || len(l.acquired) != 0 {
+		t.Fatalf("group claim not allocated yet: outcome %+v, acquired %v; want a retry, no lease", out, l.acquired)
+	}
+	group.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "vni", Driver: driver, Pool: draclaim.FabricPool, Device: draclaim.VNIDevice}}}}
+	group.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "train", UID: "uid-pg"}}
+	if _, err := client.ResourceV1().ResourceClaims("ns").UpdateStatus(ctx, group, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := wr.Sync(ctx, pendingClaim("cxi0"), t0.Add(-time.Hour), 1); out.wrote != draclaim.ConditionVNILeased {
+		t.Fatalf("outcome %+v, want VNILeased", out)
+	}
+	if out := wr.Sync(ctx, withConfig(pendingClaim("cxi1"), `{"apiVersion":"slingshot.hpe.com/v1alpha1","kind":"CXIClaimConfig","vni":"pod"}`), t0.Add(-time.Hour), 0); out.wrote != draclaim.ConditionVNILeased {
+		t.Fatalf("vni: pod: outcome %+v, want VNILeased", out)
+	}
+	want := []string{"train-0@node-a resourceclaim:job-vni/uid-g", "train-0@node-a pod"}
+	if !slices.Equal(l.acquired, want) {
+		t.Fatalf("acquired %q, want %q", l.acquired, want)
 	}
 }

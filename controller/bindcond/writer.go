@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,6 +97,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// GroupClaims leases the VNI of a pod's PodGroup claim for its NIC
+	// claims that leave their VNI to the job, as the agent's Prepare does
+	// with --dra-podgroup-claims (draclaim.GroupClaimOf): each waiting
+	// claim then costs a read of its pod and of the pod's other claims.
+	GroupClaims bool
 }
 
 // Writer writes the binding conditions of the claims allocated the
@@ -252,6 +258,19 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 		return outcome{after: v.retryAfter}
 	}
 	cond := metav1.Condition{Type: draclaim.ConditionVNILeaseFailed, Status: metav1.ConditionTrue, Reason: v.reason, Message: v.message}
+	if v.lease && wr.o.GroupClaims && draclaim.InheritsGroupVNI(v.policy) {
+		group, err := draclaim.GroupClaimOf(ctx, apiReader{wr.client}, wr.o.Driver,
+			draclaim.ReservedPod{Namespace: v.pod.Namespace, Name: v.pod.Name, UID: v.pod.UID}, claim.Name)
+		switch {
+		case err != nil && attempts+1 < wr.o.Attempts:
+			wr.log.Info("the PodGroup claim of a claim's pod; will retry", "claim", claimKey(claim), "err", err)
+			return outcome{retry: true}
+		case err != nil:
+			v = verdict{failed: true, reason: ReasonControllerUnavailable, message: err.Error()}
+		case group != nil:
+			v.policy = draclaim.GroupPolicy(group)
+		}
+	}
 	if v.lease {
 		l, err := wr.l.AcquireJobVNIWithPolicy(ctx, v.pod, v.node, v.policy)
 		ok, reason, msg, retry := leaseVerdict(l, v.node, err)
@@ -280,3 +299,16 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 }
 
 func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + c.Name }
+
+// apiReader reads a pod and its claims from the API server, not the
+// watch: the scheduler writes a pod's claims one after another, and the
+// group claim must be seen as allocated with the claim that waits.
+type apiReader struct{ client kubernetes.Interface }
+
+func (r apiReader) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return r.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r apiReader) Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+	return r.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+}

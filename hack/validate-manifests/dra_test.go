@@ -532,6 +532,16 @@ func TestRenderPodGroupClaims(t *testing.T) {
 			t.Errorf("fabric slice %+v: want the driver's pool %q on all nodes, one shareable device %q of type %q", s, draclaim.FabricPool, draclaim.VNIDevice, draclaim.TypeVNI)
 		}
 	}
+	for _, conditions := range []bool{false, true} {
+		objs := renderObjects(t, withDRA(map[string]any{"podGroupClaims": true, "bindingConditions": conditions}))
+		var d appsv1.Deployment
+		if err := json.Unmarshal(objs["Deployment/slingshot-controller"].JSON, &d); err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--dra-podgroup-claims"); got != conditions {
+			t.Errorf("podGroupClaims with bindingConditions %v: controller --dra-podgroup-claims %v", conditions, got)
+		}
+	}
 	ch, err := LoadChart("../../" + chartDir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,15 @@
 package draclaim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
 
 // The fabric's VNI device: one device in a cluster-wide ResourceSlice
@@ -85,4 +90,87 @@ func ParseGroupPolicy(v string) (name, uid string, ok bool, err error) {
 // PodGroup is the job.
 func InheritsGroupVNI(policy string) bool {
 	return policy == "" || policy == "job"
+}
+
+// ErrNotAllocated is wrapped by GroupClaimOf's error when a claim of the
+// pod is not allocated yet: a caller retries.
+var ErrNotAllocated = errors.New("not allocated yet")
+
+// Reader reads the objects GroupClaimOf needs: the agent from the API
+// server, the controller's binding conditions a pod from the API server
+// and claims from its watch.
+type Reader interface {
+	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+}
+
+// GroupClaimOf returns the group claim of pod: the claim of the fabric's
+// VNI device of driver that the pod names and that is reserved for the
+// pod's PodGroup; nil when the pod is in no PodGroup or holds no such
+// claim. skip is a claim of the pod not to read (the one being served).
+// A pod holding two is an error: whose VNI its NIC claims carry would be
+// a guess.
+func GroupClaimOf(ctx context.Context, r Reader, driver string, pod ReservedPod, skip string) (*resourceapi.ResourceClaim, error) {
+	p, err := r.Pod(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return nil, fmt.Errorf("read pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if pod.UID != "" && p.UID != types.UID(pod.UID) {
+		return nil, fmt.Errorf("pod %s/%s is another pod now (UID %s, the claim's is %s)", pod.Namespace, pod.Name, p.UID, pod.UID)
+	}
+	if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+		return nil, nil
+	}
+	group := *p.Spec.SchedulingGroup.PodGroupName
+	var found []*resourceapi.ResourceClaim
+	for i := range p.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(p, &p.Spec.ResourceClaims[i])
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if name == nil || *name == skip {
+			continue
+		}
+		c, err := r.Claim(ctx, pod.Namespace, *name)
+		if err != nil {
+			return nil, fmt.Errorf("read claim %s/%s of pod %s: %w", pod.Namespace, *name, pod.Name, err)
+		}
+		if c.Status.Allocation == nil {
+			// The scheduler allocates all of a pod's claims before it
+			// binds the pod, one write each: whose VNI is not known yet.
+			return nil, fmt.Errorf("claim %s/%s of pod %s: %w", pod.Namespace, *name, pod.Name, ErrNotAllocated)
+		}
+		if ok, err := isGroupClaimOf(c, driver, group); err != nil {
+			return nil, err
+		} else if ok {
+			found = append(found, c)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, nil
+	case 1:
+		return found[0], nil
+	}
+	names := make([]string, len(found))
+	for i, c := range found {
+		names[i] = c.Name
+	}
+	return nil, fmt.Errorf("pod %s/%s holds %d claims of the fabric's VNI device (%s): which VNI its NICs carry would be a guess; give its PodGroup one",
+		pod.Namespace, pod.Name, len(found), strings.Join(names, ", "))
+}
+
+// isGroupClaimOf reports whether c is allocated the fabric's VNI device
+// and reserved for PodGroup group.
+func isGroupClaimOf(c *resourceapi.ResourceClaim, driver, group string) (bool, error) {
+	ok, err := IsGroupVNI(c, driver)
+	if !ok || err != nil {
+		return false, err
+	}
+	for _, r := range c.Status.ReservedFor {
+		if r.APIGroup == "scheduling.k8s.io" && r.Resource == "podgroups" && r.Name == group {
+			return true, nil
+		}
+	}
+	return false, nil
 }
