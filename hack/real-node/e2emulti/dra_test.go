@@ -1,7 +1,9 @@
 package e2emulti
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +157,80 @@ func TestMultiDRAPodGroupClaim(t *testing.T) {
 		return l == nil || l.GetOwner().GetUid() != string(g.UID), fmt.Sprintf("lease %v", l)
 	})
 	t.Logf("PodGroup %s: VNI %d on %v through one claim of the fabric's VNI device, freed after the claim; Job solo: VNI %d", pg.Name, vni, allNodeNames(), other)
+
+	t.Run("BindingConditions", func(t *testing.T) { podGroupBindingConditions(t, ns) })
+}
+
+// podGroupBindingConditions: with the chart's dra.bindingConditions on as
+// well, the controller leases a PodGroup's VNI for each node before the
+// scheduler binds its pods there, and says so on each pod's NIC claim.
+func podGroupBindingConditions(t *testing.T, ns string) {
+	ctx := t.Context()
+	if err := env.SetBindingConditions(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.SetBindingConditions(context.WithoutCancel(ctx), false); err != nil {
+			t.Errorf("binding conditions off again: %v", err)
+		}
+	})
+	for _, ne := range env.Nodes() {
+		waitFor(t, 2*time.Minute, ne.Node.Name+"'s devices to carry the binding conditions", func() (bool, string) {
+			slices, err := ne.ResourceSlices(ctx)
+			if err != nil || len(slices) == 0 {
+				return false, fmt.Sprint(err)
+			}
+			for _, s := range slices {
+				for _, d := range s.Spec.Devices {
+					if len(d.BindingConditions) == 0 {
+						return false, "device " + d.Name + " carries none"
+					}
+				}
+			}
+			return true, ""
+		})
+	}
+	client := env.Node.Client
+	group := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "eval-vni"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "vni", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.VNIDeviceClass}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "eval"},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
+			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
+		}}
+	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j := spread(cluster.ClaimJob("eval", 2, "nic"))
+	spec := &j.Spec.Template.Spec
+	spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
+	spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr.To(group.Name)})
+	pods := runSpread(t, ns, j)
+	vni := jobVNIAcross(t, pods)
+	if o := lease(t, vni).GetOwner(); o.GetKind() != "ResourceClaim" || o.GetName() != group.Name {
+		t.Fatalf("VNI %d: lease owned by %+v, want ResourceClaim %s", vni, o, group.Name)
+	}
+	for name, p := range pods {
+		claims, err := env.PodClaims(ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := claims[cluster.ClaimName]
+		var leased bool
+		for _, d := range c.Status.Devices {
+			for _, cond := range d.Conditions {
+				if cond.Type == "VNILeased" && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, fmt.Sprintf("VNI %d ", vni)) {
+					leased = true
+				}
+			}
+		}
+		if !leased {
+			t.Errorf("pod %s on %s: NIC claim %s status %+v, want VNILeased naming the group's VNI %d", p.Name, name, c.Name, c.Status.Devices, vni)
+		}
+	}
+	t.Logf("PodGroup %s with binding conditions: VNI %d leased for %v before binding", pg.Name, vni, allNodeNames())
 }
