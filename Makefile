@@ -331,7 +331,9 @@ e2e-node-dra: real-node-bin
 ## disjoint slices; one node's agent killed changes nothing on the other; a
 ## deleted Job's VNI is freed once both nodes released it; a deleted node
 ## keeps its holds through --slice-grace and loses them then. A second run,
-## the agents in DRA mode, puts a claim template's claims on both nodes.
+## the agents in DRA mode with the PodGroup claims gates on, puts a claim
+## template's claims on both nodes, and gives a PodGroup's pods on both
+## nodes one VNI through one claim (also with binding conditions).
 ## About 4 minutes. E2E_NODE_FLAGS as for e2e-node (first run only).
 e2e-node-multi: real-node-bin
 	cd $(REAL_NODE_DIR) && $(GO) vet ./... && \

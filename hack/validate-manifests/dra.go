@@ -26,19 +26,25 @@ func (d DRA) ownsClass(name string) bool {
 	return name == d.Driver || strings.HasSuffix(name, "."+d.Driver)
 }
 
-// draVariant is the variant of Variants that serves the NICs through DRA.
-const draVariant = "dra"
+// draVariant is the variant of Variants that serves the NICs through DRA;
+// draAllVariant has every DRA option on, so its render makes every
+// DeviceClass the chart can make (the fabric's VNI class comes with
+// dra.podGroupClaims).
+const (
+	draVariant    = "dra"
+	draAllVariant = "dra-all-features"
+)
 
-// ChartDRA renders the chart's DRA variant and returns its driver (from
-// the agent's --dra-driver-name) and DeviceClasses.
+// ChartDRA renders the chart's DRA variant with every option and returns
+// its driver (from the agent's --dra-driver-name) and DeviceClasses.
 func ChartDRA(ch *chart.Chart) (DRA, error) {
-	v, ok := VariantNamed(draVariant)
+	v, ok := VariantNamed(draAllVariant)
 	if !ok {
-		return DRA{}, fmt.Errorf("no variant %q", draVariant)
+		return DRA{}, fmt.Errorf("no variant %q", draAllVariant)
 	}
 	rendered, err := Render(ch, v.Values, v.APIVersions...)
 	if err != nil {
-		return DRA{}, fmt.Errorf("%s: %w", draVariant, err)
+		return DRA{}, fmt.Errorf("%s: %w", draAllVariant, err)
 	}
 	dra := DRA{Classes: map[string]bool{}}
 	for _, m := range rendered {
@@ -63,7 +69,7 @@ func ChartDRA(ch *chart.Chart) (DRA, error) {
 		}
 	}
 	if dra.Driver == "" || len(dra.Classes) == 0 {
-		return DRA{}, fmt.Errorf("%s: no agent with --dra-driver-name, or no DeviceClass", draVariant)
+		return DRA{}, fmt.Errorf("%s: no agent with --dra-driver-name, or no DeviceClass", draAllVariant)
 	}
 	return dra, nil
 }

@@ -85,7 +85,9 @@ func TestMultiDRAPodGroupClaim(t *testing.T) {
 	}
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train"},
 		Spec: schedulingv1beta1.PodGroupSpec{
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
+			// A gang: both pods in one of the scheduler's PodGroup
+			// cycles, which allocates the group's claim once for both.
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
 			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
 		}}
 	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
@@ -199,7 +201,9 @@ func podGroupBindingConditions(t *testing.T, ns string) {
 	}
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "eval"},
 		Spec: schedulingv1beta1.PodGroupSpec{
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
+			// A gang: both pods in one of the scheduler's PodGroup
+			// cycles, which allocates the group's claim once for both.
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
 			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
 		}}
 	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
@@ -209,7 +213,24 @@ func podGroupBindingConditions(t *testing.T, ns string) {
 	spec := &j.Spec.Template.Spec
 	spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
 	spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr.To(group.Name)})
-	pods := runSpread(t, ns, j)
+	if _, err := client.BatchV1().Jobs(ns).Create(ctx, j, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := env.WaitRunning(ctx, ns, "e2e-job="+j.Name, 2)
+	if err != nil {
+		// What the scheduler waits for: the claims' devices and their
+		// conditions.
+		if list, lerr := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{}); lerr == nil {
+			for _, c := range list.Items {
+				t.Logf("claim %s: allocation %+v reservedFor %+v devices %+v", c.Name, c.Status.Allocation, c.Status.ReservedFor, c.Status.Devices)
+			}
+		}
+		t.Fatal(err)
+	}
+	pods := map[string]corev1.Pod{}
+	for _, p := range running {
+		pods[p.Spec.NodeName] = p
+	}
 	vni := jobVNIAcross(t, pods)
 	if o := lease(t, vni).GetOwner(); o.GetKind() != "ResourceClaim" || o.GetName() != group.Name {
 		t.Fatalf("VNI %d: lease owned by %+v, want ResourceClaim %s", vni, o, group.Name)
