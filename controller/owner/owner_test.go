@@ -45,7 +45,8 @@ func TestResolvePod(t *testing.T) {
 	ds := obj("apps/v1", "DaemonSet", "ml", "agent", "ds-1", nil, nil)
 	vcjob := obj("batch.volcano.sh/v1alpha1", "Job", "ml", "vc", "vc-1", nil, nil)
 	goneJob := obj("batch/v1", "Job", "ml", "gone", "g-1", nil, nil)
-	objs := []runtime.Object{deploy, rs, js, jsJob, ds, vcjob,
+	groupClaim := obj("resource.k8s.io/v1", "ResourceClaim", "ml", "train-vni", "rc-1", nil, nil)
+	objs := []runtime.Object{deploy, rs, js, jsJob, ds, vcjob, groupClaim,
 		obj("v1", "Pod", "ml", "web-abc-1", "p-1", rs, nil),
 		obj("v1", "Pod", "ml", "train-w-0-0", "p-2", jsJob, nil),
 		obj("v1", "Pod", "ml", "train-w-0-1", "p-3", jsJob, map[string]string{controller.AnnotationVNI: "pod", controller.AnnotationNetwork: `{"pool":"hsn0"}`}),
@@ -105,6 +106,10 @@ func TestResolvePod(t *testing.T) {
 		{"apps/v1", "Deployment", "web", "d-2", false},
 		{"apps/v1", "Deployment", "nope", "", false},
 		{"slingshot.hpe.com/v1alpha1", "VNIClaim", "shared", "", false},
+		// A PodGroup claim's VNI is owned by its ResourceClaim, by UID.
+		{"resource.k8s.io/v1", "ResourceClaim", "train-vni", "rc-1", true},
+		{"resource.k8s.io/v1", "ResourceClaim", "train-vni", "rc-0", false},
+		{"resource.k8s.io/v1", "ResourceClaim", "gone", "rc-2", false},
 	} {
 		got, err := r.OwnerExists(t.Context(), controllerOwner(tt.apiVersion, tt.kind, tt.name, tt.uid))
 		if err != nil || got != tt.want {
