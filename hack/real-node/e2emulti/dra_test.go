@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -77,26 +78,9 @@ func TestMultiDRAPodGroupClaim(t *testing.T) {
 	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.NICClaimTemplate("nic", 1, ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	group := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "job-vni"},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "vni", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.VNIDeviceClass}}}}}}
-	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train"},
-		Spec: schedulingv1beta1.PodGroupSpec{
-			// A gang: both pods in one of the scheduler's PodGroup
-			// cycles, which allocates the group's claim once for both.
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
-			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
-		}}
-	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	j := spread(cluster.ClaimJob("train", 2, "nic"))
-	spec := &j.Spec.Template.Spec
-	spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
-	spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr.To(group.Name)})
+	// A gang: both pods in one of the scheduler's PodGroup cycles.
+	pg, group := makePodGroup(t, ns, "train", schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}})
+	j := inGroup(spread(cluster.ClaimJob("train", 2, "nic")), pg)
 	pods := runSpread(t, ns, j)
 
 	g, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, group.Name, metav1.GetOptions{})
@@ -163,6 +147,39 @@ func TestMultiDRAPodGroupClaim(t *testing.T) {
 	t.Run("BindingConditions", func(t *testing.T) { podGroupBindingConditions(t, ns) })
 }
 
+// groupClaimRef is the name under which a PodGroup and its pods name the
+// group's claim.
+const groupClaimRef = "vni"
+
+// makePodGroup makes PodGroup name with policy and its claim NAME-vni of
+// the fabric's VNI device.
+func makePodGroup(t *testing.T, ns, name string, policy schedulingv1beta1.PodGroupSchedulingPolicy) (*schedulingv1beta1.PodGroup, *resourcev1.ResourceClaim) {
+	t.Helper()
+	ctx, client := t.Context(), env.Node.Client
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name + "-vni"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "vni", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.VNIDeviceClass}}}}}}
+	claim, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: policy,
+			ResourceClaims: []schedulingv1beta1.PodGroupResourceClaim{{Name: groupClaimRef, ResourceClaimName: ptr.To(claim.Name)}}}}
+	if pg, err = client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return pg, claim
+}
+
+// inGroup puts a Job's pods in PodGroup pg, each naming its claim.
+func inGroup(j *batchv1.Job, pg *schedulingv1beta1.PodGroup) *batchv1.Job {
+	spec := &j.Spec.Template.Spec
+	spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
+	spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: groupClaimRef, ResourceClaimName: pg.Spec.ResourceClaims[0].ResourceClaimName})
+	return j
+}
+
 // podGroupBindingConditions: with the chart's dra.bindingConditions on as
 // well, the controller leases a PodGroup's VNI for each node before the
 // scheduler binds its pods there, and says so on each pod's NIC claim.
@@ -193,32 +210,15 @@ func podGroupBindingConditions(t *testing.T, ns string) {
 		})
 	}
 	client := env.Node.Client
-	group := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "eval-vni"},
-		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "vni", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: cluster.VNIDeviceClass}}}}}}
-	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// Basic scheduling, and the group's pods made one after the other:
 	// kube-scheduler 1.37.1 races two pods that both allocate a group's
 	// claim not allocated yet (kubernetes/kubernetes#140053, fixed by
 	// #140269 after 1.37); with binding conditions the loser never bound
 	// here (docs/dra.md#podgroup-claims).
-	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "eval"},
-		Spec: schedulingv1beta1.PodGroupSpec{
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
-			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr.To(group.Name)}},
-		}}
-	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	pg, group := makePodGroup(t, ns, "eval", schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}})
 	pods := map[string]corev1.Pod{}
 	for i, name := range allNodeNames() {
-		j := onNode(cluster.ClaimJob(fmt.Sprintf("eval-%d", i), 1, "nic"), name)
-		spec := &j.Spec.Template.Spec
-		spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
-		spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr.To(group.Name)})
-		running, err := env.RunJob(ctx, ns, j)
+		running, err := env.RunJob(ctx, ns, inGroup(onNode(cluster.ClaimJob(fmt.Sprintf("eval-%d", i), 1, "nic"), name), pg))
 		if err != nil {
 			// What the scheduler waits for: the claims' devices and
 			// their conditions.
