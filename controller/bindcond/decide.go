@@ -148,8 +148,10 @@ func decide(claim *resourceapi.ResourceClaim, driver string, c nodeClock) verdic
 	pod, ok := firstPod(claim)
 	switch {
 	case !ok && len(claim.Status.ReservedFor) > 0:
-		// A PodGroup's (docs/dra.md): its pods' own VNI is unknown here,
-		// as it is to the agent's Prepare, which refuses it.
+		// A PodGroup's claim of NICs (docs/dra.md#podgroup-claims): NICs
+		// are node-local, so it could serve one node's pods only, and the
+		// agent's Prepare refuses it; a group's claim is of the fabric's
+		// VNI device, which carries no binding conditions.
 		ref := claim.Status.ReservedFor[0]
 		return verdict{failed: true, reason: ReasonInvalidConfig,
 			message: fmt.Sprintf("the claim is reserved for %s %s, not a pod: the driver serves claims of pods", ref.Resource, ref.Name)}
