@@ -45,6 +45,8 @@ type Options struct {
 	// Ready bounds the wait for etcd and for /readyz; default 3 min (the
 	// first start on a busy 2-core machine is slow).
 	Ready time.Duration
+	// Args are added to kube-apiserver's command line.
+	Args []string
 }
 
 // Server is a running etcd and kube-apiserver.
@@ -129,7 +131,7 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 	}
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	s.APIServerLog = filepath.Join(o.Dir, "kube-apiserver.log")
-	s.apiserver, err = s.spawn(s.APIServerLog, o.KubeAPIServer,
+	s.apiserver, err = s.spawn(s.APIServerLog, o.KubeAPIServer, append([]string{
 		"--etcd-servers", s.EtcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		// No kubernetes Service endpoints: loopback may not be advertised
@@ -142,7 +144,7 @@ func Start(ctx context.Context, o Options) (_ *Server, err error) {
 		"--service-account-signing-key-file", filepath.Join(o.Dir, "sa.key"),
 		"--authorization-mode", "RBAC",
 		"--token-auth-file", filepath.Join(o.Dir, "tokens.csv"),
-		"--service-cluster-ip-range", "10.96.0.0/24")
+		"--service-cluster-ip-range", "10.96.0.0/24"}, o.Args...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,12 @@ func RunTests(name, hint string, crds fs.FS, pattern string, run func(*Server) i
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 	start := time.Now()
-	srv, err := Start(ctx, Options{KubeAPIServer: bin, Etcd: etcd, Dir: dir})
+	srv, err := Start(ctx, Options{KubeAPIServer: bin, Etcd: etcd, Dir: dir, Args: []string{
+		// PodGroups and their claims (beta, off by default in 1.37), for
+		// the pods of TestBindingConditionsBacklog's group variant.
+		"--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true",
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
+	}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 1

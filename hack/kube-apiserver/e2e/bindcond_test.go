@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,7 +40,16 @@ const (
 // holds that VNI for every node the claims are on. The time from its start
 // to the last condition is logged: the backlog a controller restart in a
 // large cluster leaves.
-func TestBindingConditionsBacklog(t *testing.T) {
+func TestBindingConditionsBacklog(t *testing.T) { bindingBacklog(t, false) }
+
+// TestBindingConditionsBacklogGroup is TestBindingConditionsBacklog with
+// the Job's pods in one PodGroup holding one claim of the fabric's VNI
+// device (KEP-5729), and the controller's --dra-podgroup-claims: each
+// waiting claim now costs a read of its pod and of the group's claim, and
+// every claim must name the group claim's lease, owned by that claim.
+func TestBindingConditionsBacklogGroup(t *testing.T) { bindingBacklog(t, true) }
+
+func bindingBacklog(t *testing.T, group bool) {
 	ctx := t.Context()
 	cs := kubeClient(t)
 	ns := newNamespace(t, "bindcond")
@@ -55,8 +65,15 @@ func TestBindingConditionsBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var groupClaim *resourcev1.ResourceClaim
+	args := []string{"--store", "sqlite", "--db", filepath.Join(t.TempDir(), "controller.db"),
+		"--dra-binding-conditions", draDriver, "--dra-node-stale", "1h"}
+	if group {
+		groupClaim = podGroupClaim(t, cs, ns, "train")
+		args = append(args, "--dra-podgroup-claims")
+	}
 	start := time.Now()
-	parallel(t, n, func(i int) error { return waitingClaim(ctx, cs, ns, job, i, nodeName(i%nodes)) })
+	parallel(t, n, func(i int) error { return waitingClaim(ctx, cs, ns, job, groupClaim, i, nodeName(i%nodes)) })
 	t.Logf("%d pods and their claims made, waiting, in %v", n, time.Since(start).Round(time.Millisecond))
 
 	var logs lockedBuffer
@@ -79,8 +96,7 @@ func TestBindingConditionsBacklog(t *testing.T) {
 	// The nodes send no heartbeat here: a node-stale period longer than
 	// the test keeps them from being judged unreachable.
 	start = time.Now()
-	r := startController(t, "bindcond", writeKubeconfig(t), &logs, "--store", "sqlite", "--db", filepath.Join(t.TempDir(), "controller.db"),
-		"--dra-binding-conditions", draDriver, "--dra-node-stale", "1h")
+	r := startController(t, "bindcond", writeKubeconfig(t), &logs, args...)
 	leased := map[string]bool{}
 	var first time.Duration
 	deadline := time.After(5 * time.Minute)
@@ -110,7 +126,14 @@ func TestBindingConditionsBacklog(t *testing.T) {
 	}
 	messages := map[string]int{}
 	for _, c := range list.Items {
+		if groupClaim != nil && c.Name == groupClaim.Name {
+			continue // its device carries no binding conditions
+		}
 		cond := leasedCondition(&c)
+		if cond == nil {
+			t.Errorf("claim %s: no VNILeased", c.Name)
+			continue
+		}
 		// "VNI 1024 (job lease job/ns/uid) held for node node-00017".
 		msg, _, _ := strings.Cut(cond.Message, " held for node ")
 		messages[msg]++
@@ -125,25 +148,69 @@ func TestBindingConditionsBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	owner := string(job.UID)
+	if group {
+		owner = string(groupClaim.UID)
+	}
 	var held []string
 	for _, l := range vnis.GetLeases() {
-		if l.GetOwner().GetUid() == string(job.UID) {
+		if l.GetOwner().GetUid() == owner {
 			held = append(held, l.GetNodes()...)
 		}
 	}
 	if len(held) != min(n, nodes) {
-		t.Errorf("the Job's lease is held for %d nodes, want %d (every node a claim is on)", len(held), min(n, nodes))
+		t.Errorf("the lease of %s is held for %d nodes, want %d (every node a claim is on)", owner, len(held), min(n, nodes))
 	}
+}
+
+// podGroupClaim makes PodGroup name and its claim of the fabric's VNI
+// device, allocated and reserved for the group, as the scheduler leaves
+// it once the group's first pod is scheduled.
+func podGroupClaim(t *testing.T, cs kubernetes.Interface, ns, name string) *resourcev1.ResourceClaim {
+	t.Helper()
+	ctx := t.Context()
+	pg, err := cs.SchedulingV1beta1().PodGroups(ns).Create(ctx, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Basic: &schedulingv1beta1.BasicSchedulingPolicy{}},
+			ResourceClaims: []schedulingv1beta1.PodGroupResourceClaim{{Name: "vni", ResourceClaimName: ptr(name + "-vni")}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := cs.ResourceV1().ResourceClaims(ns).Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-vni"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "vni",
+			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "vni." + draDriver}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+			Request: "vni", Driver: draDriver, Pool: "fabric", Device: "vni"}}},
+		AllocationTimestamp: ptr(metav1.Now()),
+	}
+	claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: pg.Name, UID: pg.UID}}
+	if claim, err = cs.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return claim
 }
 
 // waitingClaim makes pod i of job and its claim, allocated device cxi0 of
 // node and reserved for the pod, with the binding conditions, as the
 // scheduler leaves a claim while it waits in PreBind.
-func waitingClaim(ctx context.Context, cs kubernetes.Interface, ns string, job *batchv1.Job, i int, node string) error {
+func waitingClaim(ctx context.Context, cs kubernetes.Interface, ns string, job *batchv1.Job, group *resourcev1.ResourceClaim, i int, node string) error {
+	name := fmt.Sprintf("train-%05d", i)
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "rank", Image: "rank"}},
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr(name + "-cxi")}}}
+	if group != nil {
+		// In the PodGroup the group claim is reserved for, naming it.
+		spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr(group.Status.ReservedFor[0].Name)}
+		spec.ResourceClaims = append(spec.ResourceClaims, corev1.PodResourceClaim{Name: "vni", ResourceClaimName: ptr(group.Name)})
+	}
 	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("train-%05d", i), OwnerReferences: []metav1.OwnerReference{{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr(true)}}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "rank", Image: "rank"}}},
+		Spec: spec,
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return err
