@@ -465,20 +465,12 @@ func TestRenderBindingConditions(t *testing.T) {
 		if got := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--dra-binding-conditions"); got != on {
 			t.Errorf("bindingConditions %v: agent --dra-binding-conditions %v", on, got)
 		}
-		var d appsv1.Deployment
-		if err := json.Unmarshal(objs["Deployment/slingshot-controller"].JSON, &d); err != nil {
-			t.Fatal(err)
-		}
-		args := d.Spec.Template.Spec.Containers[0].Args
+		args := controllerArgs(t, objs)
 		if got := slices.Contains(args, "--dra-binding-conditions=cxi.slingshot.hpe.com") && slices.Contains(args, "--dra-node-stale=30s"); got != on {
 			t.Errorf("bindingConditions %v: controller args %q", on, args)
 		}
-		var role rbacv1.ClusterRole
-		if err := json.Unmarshal(objs["ClusterRole/slingshot-controller"].JSON, &role); err != nil {
-			t.Fatal(err)
-		}
-		if got := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, writes) }); got != on {
-			t.Errorf("bindingConditions %v: controller rules %+v", on, role.Rules)
+		if rules := controllerRules(t, objs); slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, writes) }) != on {
+			t.Errorf("bindingConditions %v: controller rules %+v", on, rules)
 		}
 	}
 	ch, err := LoadChart("../../" + chartDir)
@@ -511,20 +503,14 @@ func TestRenderPodGroupClaims(t *testing.T) {
 		if _, class := deviceClasses(t, values)["vni.cxi.slingshot.hpe.com"]; class != on {
 			t.Errorf("podGroupClaims %v: DeviceClass vni.cxi.slingshot.hpe.com rendered %v", on, class)
 		}
-		var role rbacv1.ClusterRole
-		if err := json.Unmarshal(objs["ClusterRole/slingshot-controller"].JSON, &role); err != nil {
-			t.Fatal(err)
-		}
-		if got := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, reads) }); got != on {
-			t.Errorf("podGroupClaims %v: controller rules %+v", on, role.Rules)
+		if rules := controllerRules(t, objs); slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, reads) }) != on {
+			t.Errorf("podGroupClaims %v: controller rules %+v", on, rules)
 		}
 		if !on {
 			continue
 		}
 		var slice resourcev1.ResourceSlice
-		if err := json.Unmarshal(o.JSON, &slice); err != nil {
-			t.Fatal(err)
-		}
+		decode(t, o, &slice)
 		s := slice.Spec
 		if s.Driver != "cxi.slingshot.hpe.com" || s.AllNodes == nil || !*s.AllNodes || s.Pool.Name != draclaim.FabricPool ||
 			len(s.Devices) != 1 || s.Devices[0].Name != draclaim.VNIDevice || s.Devices[0].AllowMultipleAllocations == nil || !*s.Devices[0].AllowMultipleAllocations ||
@@ -534,11 +520,7 @@ func TestRenderPodGroupClaims(t *testing.T) {
 	}
 	for _, conditions := range []bool{false, true} {
 		objs := renderObjects(t, withDRA(map[string]any{"podGroupClaims": true, "bindingConditions": conditions}))
-		var d appsv1.Deployment
-		if err := json.Unmarshal(objs["Deployment/slingshot-controller"].JSON, &d); err != nil {
-			t.Fatal(err)
-		}
-		if got := slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--dra-podgroup-claims"); got != conditions {
+		if got := slices.Contains(controllerArgs(t, objs), "--dra-podgroup-claims"); got != conditions {
 			t.Errorf("podGroupClaims with bindingConditions %v: controller --dra-podgroup-claims %v", conditions, got)
 		}
 	}
@@ -550,4 +532,21 @@ func TestRenderPodGroupClaims(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "dra.podGroupClaims needs controller.enabled") {
 		t.Errorf("without the controller: err %v", err)
 	}
+}
+
+// controllerArgs are the controller container's arguments in a render.
+func controllerArgs(t *testing.T, objs map[string]*Object) []string {
+	t.Helper()
+	var d appsv1.Deployment
+	decode(t, objs["Deployment/slingshot-controller"], &d)
+	return d.Spec.Template.Spec.Containers[0].Args
+}
+
+// controllerRules are the rules of the controller's ClusterRole in a
+// render.
+func controllerRules(t *testing.T, objs map[string]*Object) []rbacv1.PolicyRule {
+	t.Helper()
+	var role rbacv1.ClusterRole
+	decode(t, objs["ClusterRole/slingshot-controller"], &role)
+	return role.Rules
 }
