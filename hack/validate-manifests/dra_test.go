@@ -473,14 +473,7 @@ func TestRenderBindingConditions(t *testing.T) {
 			t.Errorf("bindingConditions %v: controller rules %+v", on, rules)
 		}
 	}
-	ch, err := LoadChart("../../" + chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{"bindingConditions": true}, "controller": map[string]any{"enabled": false}})
-	if err == nil || !strings.Contains(err.Error(), "dra.bindingConditions needs controller.enabled") {
-		t.Errorf("without the controller: err %v", err)
-	}
+	refusedWithoutController(t, "bindingConditions")
 }
 
 // dra.podGroupClaims: the chart publishes the fabric's VNI device (a
@@ -524,14 +517,7 @@ func TestRenderPodGroupClaims(t *testing.T) {
 			t.Errorf("podGroupClaims with bindingConditions %v: controller --dra-podgroup-claims %v", conditions, got)
 		}
 	}
-	ch, err := LoadChart("../../" + chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{"podGroupClaims": true}, "controller": map[string]any{"enabled": false}})
-	if err == nil || !strings.Contains(err.Error(), "dra.podGroupClaims needs controller.enabled") {
-		t.Errorf("without the controller: err %v", err)
-	}
+	refusedWithoutController(t, "podGroupClaims")
 }
 
 // controllerArgs are the controller container's arguments in a render.
@@ -549,4 +535,18 @@ func controllerRules(t *testing.T, objs map[string]*Object) []rbacv1.PolicyRule 
 	var role rbacv1.ClusterRole
 	decode(t, objs["ClusterRole/slingshot-controller"], &role)
 	return role.Rules
+}
+
+// refusedWithoutController checks that the chart refuses the DRA value
+// on without the controller, which it needs, and says so.
+func refusedWithoutController(t *testing.T, value string) {
+	t.Helper()
+	ch, err := LoadChart("../../" + chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Render(ch, map[string]any{"api": "dra", "dra": map[string]any{value: true}, "controller": map[string]any{"enabled": false}})
+	if want := "dra." + value + " needs controller.enabled"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s without the controller: err %v, want one saying %q", value, err, want)
+	}
 }
