@@ -232,29 +232,11 @@ func (e *Env) waitBoundByVNI(ctx context.Context, pods []WatchedPod) error {
 }
 
 // WaitDriverQuiet waits (up to three minutes) until the node's driver
-// holds its own services only (the default and the ethernet ones): the
-// pods of earlier tests are gone and the agent has destroyed their
-// services. A test that counts on the IDs the driver hands out, the
-// lowest free, needs it: a teardown that frees lower IDs while it runs
-// would move them.
+// holds its own services only (DriverEmpty): the pods of earlier tests
+// are gone and the agent has destroyed their services. A test that counts
+// on the IDs the driver hands out, the lowest free, needs it: a teardown
+// that frees lower IDs while it runs would move them.
 func (e *Env) WaitDriverQuiet(ctx context.Context) error {
-	var left []string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		svcs, err := e.DriverServices()
-		if err != nil {
-			return false, nil
-		}
-		left = left[:0]
-		for _, s := range svcs {
-			// ID 1 is the default service, the driver's, not system.
-			if !s.System && s.ID != 1 {
-				left = append(left, fmt.Sprintf("%s/%d (VNIs %v)", s.NIC, s.ID, s.VNIs))
-			}
-		}
-		return len(left) == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the driver still holds services of earlier tests %v: %w\n%s", left, err, e.Describe(ctx))
-	}
-	return nil
+	_, err := e.WaitCleanedUp(ctx, Cleanup{Leftovers: []Leftover{e.DriverEmpty()}, Interval: 200 * time.Millisecond, Timeout: 3 * time.Minute})
+	return err
 }
