@@ -87,7 +87,7 @@ func (a *parts) buildDRA(context.Context) error {
 		OpenNetns: a.openHostNetns,
 	}
 	if a.opts.DRAPodGroupClaims {
-		cfg.GroupClaim = dra.APIGroupClaims{Client: kube, Driver: a.opts.DRADriverName}.Of
+		cfg.GroupClaim = dra.APIGroupClaims{APIClaims: dra.APIClaims{Client: kube}, Driver: a.opts.DRADriverName}.Of
 	}
 	mgr, err := dra.NewManager(cfg)
 	if err != nil {

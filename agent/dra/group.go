@@ -6,17 +6,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/slingshot-k8s/slingshot/internal/draclaim"
 )
 
 // APIGroupClaims finds a pod's PodGroup claim of the fabric's VNI device
 // (draclaim.GroupClaimOf) through the API server: one read of the pod and
-// one of each other claim it names. The agent asks only with
+// one of each other claim it names (APIClaims). The agent asks only with
 // --dra-podgroup-claims, and only for a NIC claim it has not prepared.
 type APIGroupClaims struct {
-	Client kubernetes.Interface
+	APIClaims
 	Driver string
 }
 
@@ -26,12 +25,7 @@ func (a APIGroupClaims) Of(ctx context.Context, pod PodRef, skip string) (*resou
 	return draclaim.GroupClaimOf(ctx, a, a.Driver, draclaim.ReservedPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, skip)
 }
 
-// Pod reads a pod (draclaim.Reader).
-func (a APIGroupClaims) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+// GetPod reads a pod (draclaim.Reader).
+func (a APIGroupClaims) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	return a.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-// Claim reads a claim (draclaim.Reader).
-func (a APIGroupClaims) Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
-	return a.Client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 }

@@ -167,7 +167,7 @@ func TestAPIGroupClaims(t *testing.T) {
 		pod("w-2", "train", byName("vni", g1.Name), byName("vni2", g2.Name)),
 		pod("w-3", "train", byName("vni", other.Name)),
 	}
-	a := APIGroupClaims{Client: fake.NewClientset(objs...), Driver: testDriver}
+	a := APIGroupClaims{APIClaims: APIClaims{Client: fake.NewClientset(objs...)}, Driver: testDriver}
 	for _, tt := range []struct {
 		pod, uid, want, wantErr string
 	}{

@@ -305,10 +305,10 @@ func claimKey(c *resourceapi.ResourceClaim) string { return c.Namespace + "/" + 
 // group claim must be seen as allocated with the claim that waits.
 type apiReader struct{ client kubernetes.Interface }
 
-func (r apiReader) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+func (r apiReader) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	return r.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (r apiReader) Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+func (r apiReader) GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	return r.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 }

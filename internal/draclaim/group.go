@@ -100,8 +100,8 @@ var ErrNotAllocated = errors.New("not allocated yet")
 // server, the controller's binding conditions a pod from the API server
 // and claims from its watch.
 type Reader interface {
-	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 }
 
 // GroupClaimOf returns the group claim of pod: the claim of the fabric's
@@ -111,7 +111,7 @@ type Reader interface {
 // A pod holding two is an error: whose VNI its NIC claims carry would be
 // a guess.
 func GroupClaimOf(ctx context.Context, r Reader, driver string, pod ReservedPod, skip string) (*resourceapi.ResourceClaim, error) {
-	p, err := r.Pod(ctx, pod.Namespace, pod.Name)
+	p, err := r.GetPod(ctx, pod.Namespace, pod.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -131,7 +131,7 @@ func GroupClaimOf(ctx context.Context, r Reader, driver string, pod ReservedPod,
 		if name == nil || *name == skip {
 			continue
 		}
-		c, err := r.Claim(ctx, pod.Namespace, *name)
+		c, err := r.GetClaim(ctx, pod.Namespace, *name)
 		if err != nil {
 			return nil, fmt.Errorf("read claim %s/%s of pod %s: %w", pod.Namespace, *name, pod.Name, err)
 		}
