@@ -374,6 +374,11 @@ func TestSyncLeasesTheGroupClaimsVNI(t *testing.T) {
 	if out := wr.Sync(ctx, pendingClaim("cxi0"), t0.Add(-time.Hour), 0); !out.retry || len(l.acquired) != 0 {
 		t.Fatalf("group claim not allocated yet: outcome %+v, acquired %v; want a retry, no lease", out, l.acquired)
 	}
+	if out := wr.Sync(ctx, pendingClaim("cxi0"), t0.Add(-time.Hour), 2); out.wrote != draclaim.ConditionVNILeaseFailed ||
+		w.got[0].cond.Reason != ReasonControllerUnavailable || !strings.Contains(w.got[0].cond.Message, "not allocated yet") {
+		t.Fatalf("group claim still not allocated, last attempt: outcome %+v, written %+v; want VNILeaseFailed ControllerUnavailable saying why", out, w.got)
+	}
+	w.got = nil
 	group.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "vni", Driver: driver, Pool: draclaim.FabricPool, Device: draclaim.VNIDevice}}}}
 	group.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "train", UID: "uid-pg"}}
@@ -389,5 +394,36 @@ func TestSyncLeasesTheGroupClaimsVNI(t *testing.T) {
 	want := []string{"train-0@node-a resourceclaim:job-vni/uid-g", "train-0@node-a pod"}
 	if !slices.Equal(l.acquired, want) {
 		t.Fatalf("acquired %q, want %q", l.acquired, want)
+	}
+}
+
+// TestSyncTwoGroupClaimsFailsAtOnce: a pod naming two group claims is a
+// mistake no retry mends: its binding fails with InvalidConfig at the
+// first look, without a lease.
+func TestSyncTwoGroupClaimsFailsAtOnce(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train-0", UID: "uid-train-0"},
+		Spec: v1.PodSpec{
+			SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "nic", ResourceClaimName: ptr.To("c1")},
+				{Name: "a", ResourceClaimName: ptr.To("vni-a")}, {Name: "b", ResourceClaimName: ptr.To("vni-b")}},
+		}}
+	objs := []runtime.Object{pod}
+	for _, name := range []string{"vni-a", "vni-b"} {
+		objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Status: resourceapi.ResourceClaimStatus{
+				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "vni", Driver: driver, Pool: draclaim.FabricPool, Device: draclaim.VNIDevice}}}},
+				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "train", UID: "uid-pg"}},
+			}})
+	}
+	l := &fakeLeaser{vni: 1100, seen: map[string]time.Time{"node-a": t0}}
+	w := &fakeConditions{}
+	wr, err := New(fake.NewClientset(objs...), l, w, Options{Driver: driver, Attempts: 3, GroupClaims: true, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := wr.Sync(t.Context(), pendingClaim("cxi0"), t0.Add(-time.Hour), 0)
+	if out.wrote != draclaim.ConditionVNILeaseFailed || len(l.acquired) != 0 || w.got[0].cond.Reason != ReasonInvalidConfig || !strings.Contains(w.got[0].cond.Message, "vni-a, vni-b") {
+		t.Fatalf("outcome %+v, acquired %v, written %+v; want InvalidConfig naming both claims, no lease", out, l.acquired, w.got)
 	}
 }

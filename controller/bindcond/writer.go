@@ -257,11 +257,12 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 	if v.wait {
 		return outcome{after: v.retryAfter}
 	}
-	cond := metav1.Condition{Type: draclaim.ConditionVNILeaseFailed, Status: metav1.ConditionTrue, Reason: v.reason, Message: v.message}
 	if v.lease && wr.o.GroupClaims && draclaim.InheritsGroupVNI(v.policy) {
 		group, err := draclaim.GroupClaimOf(ctx, apiReader{wr.client}, wr.o.Driver,
 			draclaim.ReservedPod{Namespace: v.pod.Namespace, Name: v.pod.Name, UID: v.pod.UID}, claim.Name)
 		switch {
+		case errors.Is(err, draclaim.ErrTwoGroupClaims):
+			v = verdict{failed: true, reason: ReasonInvalidConfig, message: err.Error()}
 		case err != nil && attempts+1 < wr.o.Attempts:
 			wr.log.Info("the PodGroup claim of a claim's pod; will retry", "claim", claimKey(claim), "err", err)
 			return outcome{retry: true}
@@ -271,6 +272,7 @@ func (wr *Writer) Sync(ctx context.Context, claim *resourceapi.ResourceClaim, lo
 			v.policy = draclaim.GroupPolicy(group)
 		}
 	}
+	cond := metav1.Condition{Type: draclaim.ConditionVNILeaseFailed, Status: metav1.ConditionTrue, Reason: v.reason, Message: v.message}
 	if v.lease {
 		l, err := wr.l.AcquireJobVNIWithPolicy(ctx, v.pod, v.node, v.policy)
 		ok, reason, msg, retry := leaseVerdict(l, v.node, err)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 )
@@ -96,6 +97,10 @@ func InheritsGroupVNI(policy string) bool {
 // pod is not allocated yet: a caller retries.
 var ErrNotAllocated = errors.New("not allocated yet")
 
+// ErrTwoGroupClaims is wrapped by GroupClaimOf's error when the pod names
+// more than one group claim: no retry mends it.
+var ErrTwoGroupClaims = errors.New("which VNI its NICs carry would be a guess; give its PodGroup one")
+
 // Reader reads the objects GroupClaimOf needs: the agent from the API
 // server, the controller's binding conditions a pod from the API server
 // and claims from its watch.
@@ -156,8 +161,8 @@ func GroupClaimOf(ctx context.Context, r Reader, driver string, pod ReservedPod,
 	for i, c := range found {
 		names[i] = c.Name
 	}
-	return nil, fmt.Errorf("pod %s/%s holds %d claims of the fabric's VNI device (%s): which VNI its NICs carry would be a guess; give its PodGroup one",
-		pod.Namespace, pod.Name, len(found), strings.Join(names, ", "))
+	return nil, fmt.Errorf("pod %s/%s holds %d claims of the fabric's VNI device (%s): %w",
+		pod.Namespace, pod.Name, len(found), strings.Join(names, ", "), ErrTwoGroupClaims)
 }
 
 // isGroupClaimOf reports whether c is allocated the fabric's VNI device
@@ -168,7 +173,7 @@ func isGroupClaimOf(c *resourceapi.ResourceClaim, driver, group string) (bool, e
 		return false, err
 	}
 	for _, r := range c.Status.ReservedFor {
-		if r.APIGroup == "scheduling.k8s.io" && r.Resource == "podgroups" && r.Name == group {
+		if r.APIGroup == schedulingv1beta1.GroupName && r.Resource == "podgroups" && r.Name == group {
 			return true, nil
 		}
 	}
